@@ -1,0 +1,1 @@
+"""moe-offload-bench measurement harness."""

@@ -1,0 +1,175 @@
+"""The experiments config: checks beyond the JSON schema, and expansion of entries into runs.
+
+An experiment entry may list values for a key (`model: [olmoe-q4, olmoe-q2]`,
+`lru_budget_mb: [0, 256]`); it expands to one run per combination with readable run ids:
+`<entry>` alone when nothing is listed, otherwise `<entry>--<key>-<value>` parts in key order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+from harness.mechanisms import REGISTRY
+
+SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]i?)?[bB]?\s*$")
+UNITS = {None: 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+         "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+# keys an experiment may vary; every one is a harness parameter
+RUN_KEYS = ("model", "mechanism", "mlock_non_expert", "log_experts", "threads", "prompt", "tokens",
+            "repeats", "lru_budget_mb", "prefetch_threads", "time_limit_s")
+SWEEPABLE = ("model", "mechanism", "mlock_non_expert", "log_experts", "threads", "tokens",
+             "lru_budget_mb", "prefetch_threads")
+ID_RE = re.compile(r"^[a-z0-9][a-z0-9._+-]*$")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def parse_size(value, where: str) -> int:
+    """Bytes from 1536, '150MB', '1.5GiB'. Negative or unparseable sizes are errors."""
+    if isinstance(value, bool):
+        raise ConfigError(f"config: {where}: {value!r} is not a size")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ConfigError(f"config: {where}: {value} is negative")
+        return int(value)
+    m = SIZE_RE.match(str(value))
+    if not m:
+        raise ConfigError(f"config: {where}: {value!r} is not a size (like 1536, '150MB', '1.5GiB')")
+    unit = m.group(2).lower() if m.group(2) else None
+    return int(float(m.group(1)) * UNITS[unit])
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    run_id: str
+    entry: str
+    model: str
+    mechanism: str
+    mlock_non_expert: bool
+    log_experts: bool
+    threads: int
+    prompt: str
+    tokens: int
+    repeats: int
+    lru_budget_mb: int
+    prefetch_threads: int
+    time_limit_s: float
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["mechanism_options"] = {}
+        if self.mechanism == "lru-odirect":
+            d["mechanism_options"]["lru_budget_mb"] = self.lru_budget_mb
+        if self.mechanism == "threadpool":
+            d["mechanism_options"]["prefetch_threads"] = self.prefetch_threads
+        return d
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return re.sub(r"[^a-z0-9.+-]+", "-", str(v).lower()).strip("-")
+
+
+def expand(config: dict) -> list[RunSpec]:
+    """Every run of every experiment, in config order; raises ConfigError on bad entries."""
+    defaults = config.get("defaults", {})
+    profile = config["profiles"][config["profile"]]
+    runs: list[RunSpec] = []
+    seen: dict[str, str] = {}
+    for entry, body in (config.get("experiments") or {}).items():
+        if not ID_RE.match(entry):
+            raise ConfigError(f"config: experiments.{entry}: names use a-z, 0-9 and . _ + -")
+        merged = {**defaults, **body}
+        merged.setdefault("threads", profile.get("threads", 2))
+        listed = [k for k in SWEEPABLE if isinstance(merged.get(k), list)]
+        for k, v in merged.items():
+            if isinstance(v, list) and not v:
+                raise ConfigError(f"config: experiments.{entry}.{k}: an empty list expands to no runs")
+            if isinstance(v, list) and k not in SWEEPABLE:
+                raise ConfigError(f"config: experiments.{entry}.{k}: cannot list values; only "
+                                  f"{', '.join(SWEEPABLE)} can")
+        for combo in itertools.product(*[merged[k] for k in listed]):
+            vals = {**merged, **dict(zip(listed, combo, strict=True))}
+            check_run_values(config, entry, vals)
+            parts = [entry] + [f"{k.replace('_', '-')}-{_fmt(vals[k])}" for k in listed]
+            run_id = "--".join(parts)
+            if run_id in seen:
+                raise ConfigError(f"config: duplicate run id {run_id!r} (from experiments.{entry} and "
+                                  f"experiments.{seen[run_id]})")
+            seen[run_id] = entry
+            runs.append(RunSpec(run_id=run_id, entry=entry, model=vals["model"],
+                                mechanism=vals["mechanism"],
+                                mlock_non_expert=bool(vals.get("mlock_non_expert", False)),
+                                log_experts=bool(vals.get("log_experts", True)),
+                                threads=int(vals["threads"]), prompt=vals["prompt"],
+                                tokens=int(vals["tokens"]), repeats=int(vals["repeats"]),
+                                lru_budget_mb=int(vals.get("lru_budget_mb", 0)),
+                                prefetch_threads=int(vals.get("prefetch_threads", 1)),
+                                time_limit_s=float(vals["time_limit_s"])))
+    return runs
+
+
+def check_run_values(config: dict, entry: str, vals: dict) -> None:
+    where = f"config: experiments.{entry}"
+    if vals.get("model") not in config.get("models", {}):
+        raise ConfigError(f"{where}.model: {vals.get('model')!r} is not one of the models: "
+                          f"{', '.join(config.get('models', {}))}")
+    if vals.get("mechanism") not in REGISTRY:
+        raise ConfigError(f"{where}.mechanism: {vals.get('mechanism')!r} is not one of "
+                          f"{', '.join(REGISTRY)}")
+    for k in ("tokens", "repeats", "threads"):
+        if not isinstance(vals.get(k), int) or isinstance(vals.get(k), bool) or vals[k] < 1:
+            raise ConfigError(f"{where}.{k}: {vals.get(k)!r} must be a whole number >= 1")
+    if vals.get("lru_budget_mb", 0) < 0:
+        raise ConfigError(f"{where}.lru_budget_mb: {vals['lru_budget_mb']} is negative")
+
+
+def check(config: dict) -> list[RunSpec]:
+    """Cross-key checks the JSON schema cannot express; returns the expanded runs."""
+    if config.get("profile") not in config.get("profiles", {}):
+        raise ConfigError(f"config: profile: {config.get('profile')!r} is not one of the profiles: "
+                          f"{', '.join(config.get('profiles', {}))}")
+    for name, prof in config["profiles"].items():
+        for k in ("ram_budget", "read_bps"):
+            if prof.get(k) is not None:
+                parse_size(prof[k], f"profiles.{name}.{k}")
+    for name, m in config.get("models", {}).items():
+        src = m.get("source")
+        need = {"synthetic": ("shape", "quant"), "huggingface": ("repo", "file", "revision", "sha256"),
+                "path": ("path",)}
+        if src not in need:
+            raise ConfigError(f"config: models.{name}.source: {src!r} is not one of "
+                              "synthetic, huggingface, path")
+        for k in need[src]:
+            if not m.get(k):
+                raise ConfigError(f"config: models.{name}.{k}: missing (a {src} model needs "
+                                  f"{', '.join(need[src])})")
+        if src == "synthetic":
+            from harness.models import SHAPES
+
+            if m["shape"] not in SHAPES:
+                raise ConfigError(f"config: models.{name}.shape: {m['shape']!r} is not one of "
+                                  f"{', '.join(SHAPES)}")
+    ceil = config.get("ceilings", {})
+    for k in ("dense_model", "moe_model"):
+        if ceil.get(k) and ceil[k] not in config.get("models", {}):
+            raise ConfigError(f"config: ceilings.{k}: {ceil[k]!r} is not one of the models")
+    return expand(config)
+
+
+def ram_budget_check(config: dict, layouts: dict[str, dict]) -> None:
+    """A RAM budget smaller than a model's non-expert tensors cannot hold its working set."""
+    prof = config["profiles"][config["profile"]]
+    if prof.get("ram_budget") is None:
+        return
+    budget = parse_size(prof["ram_budget"], f"profiles.{config['profile']}.ram_budget")
+    for name, lay in layouts.items():
+        if lay["non_expert_bytes"] >= budget:
+            raise ConfigError(f"config: profiles.{config['profile']}.ram_budget: {budget} bytes is "
+                              f"smaller than model {name}'s non-expert tensors "
+                              f"({lay['non_expert_bytes']} bytes)")

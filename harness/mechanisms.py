@@ -1,0 +1,319 @@
+"""Prefetch mechanisms: each acts on the routing decision of one layer, before its expert matmuls.
+
+All share one interface: `on_route(layer, experts)` is called from the eval callback with the
+unique expert ids the layer just routed to (the matmuls run right after it returns), and counters
+say how long each kind of call took and how many bytes it prefetched. They never change the math:
+every mechanism leaves the weights' values exactly as they are in the file.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import mmap
+import os
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from harness.layout import Layout
+
+PAGE = mmap.PAGESIZE
+MADV_WILLNEED = 3
+MADV_POPULATE_READ = 22  # Linux >= 5.14
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long]
+_libc.pread.restype = ctypes.c_ssize_t
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_long]
+_libc.mmap.restype = ctypes.c_void_p
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def page_span(addr: int, nbytes: int) -> tuple[int, int]:
+    """The page-aligned range covering [addr, addr + nbytes)."""
+    start = addr & ~(PAGE - 1)
+    end = (addr + nbytes + PAGE - 1) & ~(PAGE - 1)
+    return start, end - start
+
+
+def madvise(addr: int, nbytes: int, advice: int) -> None:
+    start, length = page_span(addr, nbytes)
+    _check(_libc.madvise(start, length, advice), f"madvise({advice})")
+
+
+def mlock(addr: int, nbytes: int) -> None:
+    start, length = page_span(addr, nbytes)
+    _check(_libc.mlock(start, length), "mlock")
+
+
+@dataclass
+class MappedModel:
+    """Where the model file lies in this process: file offset x is at address base + x."""
+
+    path: str
+    fd: int  # O_RDONLY descriptor of the file llama.cpp mapped
+    base: int
+    map_start: int
+    map_len: int
+    map_offset: int
+    layout: Layout
+
+
+@dataclass
+class Counters:
+    pread_s: float = 0.0
+    madvise_s: float = 0.0
+    other_s: float = 0.0
+    bytes_prefetched: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+
+class Mechanism:
+    name = "?"
+    prefetches = True  # False only for the baseline
+
+    def __init__(self, model: MappedModel, **options):
+        self.model = model
+        self.layout = model.layout
+        self.c = Counters()
+        self.lock = threading.Lock()
+
+    def on_route(self, layer: int, experts: list[int]) -> None:
+        raise NotImplementedError
+
+    def drain(self) -> None:
+        """Wait for any asynchronous work issued so far (called after each llama_decode)."""
+
+    def close(self) -> None:
+        pass
+
+
+REGISTRY: dict[str, type[Mechanism]] = {}
+
+
+def register(cls):
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+@register
+class NoPrefetch(Mechanism):
+    """Plain mmap demand paging: the baseline every other row is compared with."""
+
+    name = "none"
+    prefetches = False
+
+    def on_route(self, layer, experts):
+        pass
+
+
+@register
+class Madvise(Mechanism):
+    name = "madvise"
+    advice = MADV_WILLNEED
+
+    def on_route(self, layer, experts):
+        t0 = time.perf_counter()
+        for e in experts:
+            for s in self.layout.slabs(layer, e):
+                madvise(self.model.base + s.offset, s.nbytes, self.advice)
+                self.c.bytes_prefetched += s.nbytes
+        self.c.madvise_s += time.perf_counter() - t0
+
+
+@register
+class Populate(Madvise):
+    """MADV_POPULATE_READ faults the pages in synchronously, with no copy."""
+
+    name = "populate"
+    advice = MADV_POPULATE_READ
+
+
+def _max_slab(layout: Layout) -> int:
+    return max((per for rows in layout.by_layer.values() for _, per, _ in rows), default=PAGE)
+
+
+@register
+class PreadMadvise(Mechanism):
+    """The study's surviving design: buffered pread of each routed slab into one reused scratch
+    buffer (warms the page cache), then MADV_WILLNEED on the mapped range."""
+
+    name = "pread+madvise"
+
+    def __init__(self, model, **options):
+        super().__init__(model, **options)
+        self.scratch = bytearray(_max_slab(self.layout))
+        self.view = memoryview(self.scratch)
+
+    def on_route(self, layer, experts):
+        for e in experts:
+            for s in self.layout.slabs(layer, e):
+                t0 = time.perf_counter()
+                os.preadv(self.model.fd, [self.view[: s.nbytes]], s.offset)
+                t1 = time.perf_counter()
+                madvise(self.model.base + s.offset, s.nbytes, MADV_WILLNEED)
+                self.c.pread_s += t1 - t0
+                self.c.madvise_s += time.perf_counter() - t1
+                self.c.bytes_prefetched += s.nbytes
+
+
+@register
+class ThreadPool(Mechanism):
+    """The same preads issued from N background threads so compute can overlap I/O."""
+
+    name = "threadpool"
+
+    def __init__(self, model, prefetch_threads: int = 1, **options):
+        super().__init__(model, **options)
+        self.pool = ThreadPoolExecutor(max_workers=prefetch_threads, thread_name_prefix="prefetch")
+        self.local = threading.local()
+        self.size = _max_slab(self.layout)
+        self.pending = []
+
+    def _read(self, offset: int, nbytes: int) -> None:
+        buf = getattr(self.local, "buf", None)
+        if buf is None:
+            buf = self.local.buf = memoryview(bytearray(self.size))
+        t0 = time.perf_counter()
+        os.preadv(self.model.fd, [buf[:nbytes]], offset)
+        dt = time.perf_counter() - t0
+        with self.lock:
+            self.c.pread_s += dt
+            self.c.bytes_prefetched += nbytes
+
+    def on_route(self, layer, experts):
+        t0 = time.perf_counter()
+        for e in experts:
+            for s in self.layout.slabs(layer, e):
+                self.pending.append(self.pool.submit(self._read, s.offset, s.nbytes))
+        self.c.other_s += time.perf_counter() - t0
+
+    def drain(self):
+        for f in self.pending:
+            f.result()
+        self.pending.clear()
+
+    def close(self):
+        self.drain()
+        self.pool.shutdown(wait=True)
+
+
+PROT_READ, PROT_WRITE = 1, 2
+MAP_SHARED, MAP_FIXED = 1, 0x10
+
+
+@register
+class WriteInPlace(Mechanism):
+    """pread straight into a shared, writable mapping of the weights. Runs on a scratch copy of
+    the model (the runner loads the copy): every prefetched page comes back dirty and is written
+    back to the copy, never to the model file."""
+
+    name = "write-in-place"
+    needs_scratch_copy = True
+
+    def __init__(self, model, **options):
+        super().__init__(model, **options)
+        self.rw_fd = os.open(model.path, os.O_RDWR)
+        # Replace llama.cpp's private read-only mapping by a shared writable one of the same file
+        # range at the same address: identical bytes, so the math is unchanged.
+        addr = _libc.mmap(model.map_start, model.map_len, PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_FIXED, self.rw_fd, model.map_offset)
+        if addr in (None, ctypes.c_void_p(-1).value) or addr != model.map_start:
+            raise OSError(ctypes.get_errno(), "write-in-place: remapping the model shared failed")
+
+    def on_route(self, layer, experts):
+        for e in experts:
+            for s in self.layout.slabs(layer, e):
+                t0 = time.perf_counter()
+                n = _libc.pread(self.rw_fd, self.model.base + s.offset, s.nbytes, s.offset)
+                if n != s.nbytes:
+                    raise OSError(ctypes.get_errno(), f"write-in-place: pread returned {n}")
+                self.c.pread_s += time.perf_counter() - t0
+                self.c.bytes_prefetched += s.nbytes
+
+    def close(self):
+        os.close(self.rw_fd)
+
+
+@register
+class LruODirect(Mechanism):
+    """The study's first design: O_DIRECT reads into a userspace LRU slab cache of a fixed budget,
+    hits and misses copied into the mapped weights. Unsafe by design: writing into a private file
+    mapping makes copy-on-write anonymous pages, so RSS grows without bound. Run it only inside a
+    RAM budget, where the kernel kills just it."""
+
+    name = "lru-odirect"
+
+    def __init__(self, model, lru_budget_mb: int = 0, **options):
+        super().__init__(model, **options)
+        self.budget = int(lru_budget_mb) * 1024 * 1024
+        self.cache: collections.OrderedDict[tuple[int, int], bytes] = collections.OrderedDict()
+        self.cached_bytes = 0
+        self.dfd = os.open(model.path, os.O_RDONLY | os.O_DIRECT)
+        start, length = model.map_start, model.map_len
+        _check(_libc.mprotect(start, length, PROT_READ | PROT_WRITE), "mprotect")
+        self.buf = mmap.mmap(-1, _max_slab(self.layout) + 2 * PAGE)  # page-aligned for O_DIRECT
+
+    def _read_direct(self, offset: int, nbytes: int) -> bytes:
+        astart = offset & ~(PAGE - 1)
+        aend = (offset + nbytes + PAGE - 1) & ~(PAGE - 1)
+        view = memoryview(self.buf)[: aend - astart]
+        got = os.preadv(self.dfd, [view], astart)
+        if got < offset - astart + nbytes:
+            raise OSError(f"lru-odirect: short O_DIRECT read at {astart}")
+        return bytes(view[offset - astart: offset - astart + nbytes])
+
+    def on_route(self, layer, experts):
+        for e in experts:
+            for s in self.layout.slabs(layer, e):
+                key = (s.offset, s.nbytes)
+                t0 = time.perf_counter()
+                data = self.cache.get(key)
+                if data is not None:
+                    self.cache.move_to_end(key)
+                    self.c.cache_hits += 1
+                else:
+                    data = self._read_direct(s.offset, s.nbytes)
+                    self.c.cache_misses += 1
+                    self.c.pread_s += time.perf_counter() - t0
+                    if self.budget and s.nbytes <= self.budget:
+                        self.cache[key] = data
+                        self.cached_bytes += s.nbytes
+                        while self.cached_bytes > self.budget:
+                            _, old = self.cache.popitem(last=False)
+                            self.cached_bytes -= len(old)
+                t1 = time.perf_counter()
+                ctypes.memmove(self.model.base + s.offset, data, s.nbytes)  # copy-on-write
+                self.c.other_s += time.perf_counter() - t1
+                self.c.bytes_prefetched += s.nbytes
+
+    def close(self):
+        os.close(self.dfd)
+        self.buf.close()
+
+
+def make(name: str, model: MappedModel, **options) -> Mechanism:
+    if name not in REGISTRY:
+        raise KeyError(f"unknown mechanism {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name](model, **options)
+
+
+def needs_scratch_copy(name: str) -> bool:
+    return getattr(REGISTRY[name], "needs_scratch_copy", False)
+
+
+def copy_model(src: str, dst: str) -> None:
+    shutil.copyfile(src, dst)

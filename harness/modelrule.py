@@ -1,0 +1,36 @@
+"""Makes one model entry's GGUF and its info record (sha256, synthetic or not, source)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from harness import fetch, models
+from harness.build import default_cache_dir
+from harness.util import atomic_write_json, sha256_file
+from harness.validate import check_gguf
+
+
+def make_model(name: str, spec: dict, manifest_path: str, f16: str | None, out_gguf: str,
+               out_info: str, threads: int, log=print) -> dict:
+    manifest = json.loads(Path(manifest_path).read_text())
+    t0 = time.time()
+    src = spec["source"]
+    if src == "synthetic":
+        models.quantize(manifest["llama_quantize"], Path(f16), Path(out_gguf), spec["quant"], threads)
+    elif src == "huggingface":
+        fetch.download_hf(spec, out_gguf, default_cache_dir() / "hf")
+    else:
+        fetch.link_local(spec, out_gguf)
+    layout = check_gguf(out_gguf)
+    synthetic, seed = layout["synthetic"], layout["seed"]
+    info = {"name": name, "path": str(Path(out_gguf).resolve()), "source": src,
+            "quant": spec.get("quant"), "shape": spec.get("shape"), "synthetic": synthetic,
+            "seed": seed, "sha256": sha256_file(out_gguf), "bytes": Path(out_gguf).stat().st_size,
+            "seconds": round(time.time() - t0, 2)}
+    if src == "huggingface":
+        info.update(repo=spec["repo"], file=spec["file"], revision=spec["revision"])
+    atomic_write_json(out_info, info)
+    log(f"model {name}: {info['bytes']} bytes, synthetic={synthetic}, {info['seconds']} s")
+    return info

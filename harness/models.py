@@ -1,0 +1,241 @@
+"""Synthetic GGUF models with the exact shapes, tensor names, layout and tokenizer of the originals.
+
+No weights can be downloaded here, so the default models are written with gguf's GGUFWriter as
+F16 from seeded random weights, one tensor at a time (peak memory stays at one tensor), and then
+quantized by the pipeline's own llama-quantize. Every byte count, I/O pattern and FLOP is the real
+model's; only the weight values are random. Each file carries `moe_offload_bench.synthetic` and
+`moe_offload_bench.seed` so that no number made from it can be passed off as the original's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from harness.util import atomic_path, atomic_write_text
+
+SYNTHETIC_KEY = "moe_offload_bench.synthetic"
+SEED_KEY = "moe_offload_bench.seed"
+SHAPE_KEY = "moe_offload_bench.shape"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Hyperparameters of a model family; the presets below are the originals' (and tiny ones)."""
+
+    arch: str  # "olmoe" or "qwen2"
+    name: str
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    n_vocab: int
+    vocab_file: str  # relative to the llama.cpp source tree
+    context_length: int
+    rms_eps: float
+    rope_freq_base: float
+    n_expert: int = 0
+    n_expert_used: int = 0
+    tied_embeddings: bool = False
+    extra_kv: dict = field(default_factory=dict)
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+SHAPES = {
+    # allenai/OLMoE-1B-7B-0924 (its config.json; GGUF layout as convert_hf_to_gguf writes it)
+    "olmoe-1b-7b": Shape("olmoe", "OLMoE-1B-7B-0924 (synthetic)", n_layer=16, n_embd=2048, n_ff=1024,
+                         n_head=16, n_head_kv=16, n_vocab=50304,
+                         vocab_file="models/ggml-vocab-gpt-neox.gguf", context_length=4096,
+                         rms_eps=1e-5, rope_freq_base=10000.0, n_expert=64, n_expert_used=8),
+    # Qwen/Qwen2.5-0.5B-Instruct
+    "qwen2.5-0.5b": Shape("qwen2", "Qwen2.5-0.5B-Instruct (synthetic)", n_layer=24, n_embd=896,
+                          n_ff=4864, n_head=14, n_head_kv=2, n_vocab=151936,
+                          vocab_file="models/ggml-vocab-qwen2.gguf", context_length=32768,
+                          rms_eps=1e-6, rope_freq_base=1000000.0, tied_embeddings=True),
+    # tiny variants for tests and .test/config: same architectures and tokenizers, small dims
+    # (multiples of 256 so that the k-quants apply to every matrix, as in the full model)
+    "olmoe-tiny": Shape("olmoe", "OLMoE-tiny (synthetic)", n_layer=4, n_embd=256, n_ff=256,
+                        n_head=4, n_head_kv=4, n_vocab=50304,
+                        vocab_file="models/ggml-vocab-gpt-neox.gguf", context_length=4096,
+                        rms_eps=1e-5, rope_freq_base=10000.0, n_expert=8, n_expert_used=2),
+    "qwen2-tiny": Shape("qwen2", "Qwen2-tiny (synthetic)", n_layer=2, n_embd=128, n_ff=256,
+                        n_head=4, n_head_kv=2, n_vocab=151936, vocab_file="models/ggml-vocab-qwen2.gguf",
+                        context_length=4096, rms_eps=1e-6, rope_freq_base=1000000.0,
+                        tied_embeddings=True),
+}
+
+
+def tensor_plan(shape: Shape) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, numpy shape (outermost first), role) of every tensor, in the original file's order.
+
+    numpy shape is the reverse of ggml's ne[]: an expert tensor of ne [n_embd, n_ff, n_expert] is
+    (n_expert, n_ff, n_embd), so each expert is one contiguous slab.
+    """
+    e, f, v, L = shape.n_embd, shape.n_ff, shape.n_vocab, shape.n_layer
+    kv = shape.head_dim * shape.n_head_kv
+    plan = [("token_embd.weight", (v, e), "matrix")]
+    for i in range(L):
+        b = f"blk.{i}."
+        plan += [
+            (b + "attn_norm.weight", (e,), "norm"),
+            (b + "attn_q.weight", (e, e), "matrix"),
+            (b + "attn_k.weight", (kv, e), "matrix"),
+            (b + "attn_v.weight", (kv, e), "matrix"),
+            (b + "attn_output.weight", (e, e), "matrix"),
+        ]
+        if shape.arch == "olmoe":
+            plan += [
+                (b + "attn_q_norm.weight", (e,), "norm"),
+                (b + "attn_k_norm.weight", (kv,), "norm"),
+                (b + "ffn_norm.weight", (e,), "norm"),
+                (b + "ffn_gate_inp.weight", (shape.n_expert, e), "router"),
+                (b + "ffn_gate_exps.weight", (shape.n_expert, f, e), "matrix"),
+                (b + "ffn_down_exps.weight", (shape.n_expert, e, f), "matrix"),
+                (b + "ffn_up_exps.weight", (shape.n_expert, f, e), "matrix"),
+            ]
+        else:
+            plan += [
+                (b + "attn_q.bias", (e,), "bias"),
+                (b + "attn_k.bias", (kv,), "bias"),
+                (b + "attn_v.bias", (kv,), "bias"),
+                (b + "ffn_norm.weight", (e,), "norm"),
+                (b + "ffn_gate.weight", (f, e), "matrix"),
+                (b + "ffn_up.weight", (f, e), "matrix"),
+                (b + "ffn_down.weight", (e, f), "matrix"),
+            ]
+    plan.append(("output_norm.weight", (e,), "norm"))
+    if not shape.tied_embeddings:
+        plan.append(("output.weight", (v, e), "matrix"))
+    return plan
+
+
+def _weights(rng: np.random.Generator, np_shape: tuple[int, ...], role: str) -> np.ndarray:
+    """Small-scale random weights so activations stay finite over a long generation."""
+    if role == "norm":
+        return np.ones(np_shape, dtype=np.float32)
+    if role == "bias":
+        return np.zeros(np_shape, dtype=np.float32)
+    fan_in = np_shape[-1]
+    # router logits wide enough that top-k routing is decisive; matrices at 0.5/sqrt(fan_in)
+    scale = (2.0 if role == "router" else 0.5) / np.sqrt(fan_in)
+    w = rng.standard_normal(np_shape, dtype=np.float32)
+    w *= scale
+    return w.astype(np.float16)
+
+
+def tokenizer_fields(vocab_path: Path) -> list[tuple[str, int, int | None, object]]:
+    """The tokenizer.* key/values of a vocab GGUF as (key, type, sub_type, value).
+
+    GGUFReader takes tens of seconds on a 150k-entry vocabulary, so the fields are cached as JSON
+    beside the vocab file (which lives in the build cache, not the checkout)."""
+    cache = vocab_path.with_name(vocab_path.name + ".tokenizer.json")
+    if cache.exists() and cache.stat().st_mtime >= vocab_path.stat().st_mtime:
+        return [tuple(x) for x in json.loads(cache.read_text())]
+    reader = gguf.GGUFReader(vocab_path)
+    fields = []
+    for key, fld in reader.fields.items():
+        if key.startswith("tokenizer."):
+            sub = int(fld.types[-1]) if fld.types[0] == gguf.GGUFValueType.ARRAY else None
+            val = fld.contents()
+            fields.append((key, int(fld.types[0]), sub, val))
+    with contextlib.suppress(OSError):  # a read-only cache only costs time
+        atomic_write_text(cache, json.dumps(fields))
+    return fields
+
+
+def _copy_tokenizer(writer: gguf.GGUFWriter, vocab_path: Path, n_vocab: int) -> None:
+    for key, vtype, sub, val in tokenizer_fields(vocab_path):
+        if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores"):
+            val = val[:n_vocab]
+        writer.add_key_value(key, val, gguf.GGUFValueType(vtype),
+                             sub_type=gguf.GGUFValueType(sub) if sub is not None else None)
+
+
+def write_f16(shape: Shape, seed: int, vocab_path: Path, out: Path, log=print) -> None:
+    """Write the F16 model tensor by tensor; atomic."""
+    plan = tensor_plan(shape)
+    with atomic_path(out) as tmp:
+        w = gguf.GGUFWriter(tmp, shape.arch)
+        a = shape.arch
+        w.add_name(shape.name)
+        w.add_context_length(shape.context_length)
+        w.add_embedding_length(shape.n_embd)
+        w.add_block_count(shape.n_layer)
+        w.add_feed_forward_length(shape.n_ff)
+        w.add_head_count(shape.n_head)
+        w.add_head_count_kv(shape.n_head_kv)
+        w.add_layer_norm_rms_eps(shape.rms_eps)
+        w.add_rope_freq_base(shape.rope_freq_base)
+        w.add_rope_dimension_count(shape.head_dim)
+        if shape.n_expert:
+            w.add_expert_count(shape.n_expert)
+            w.add_expert_used_count(shape.n_expert_used)
+            w.add_uint32(f"{a}.expert_feed_forward_length", shape.n_ff)
+        w.add_vocab_size(shape.n_vocab)
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+        w.add_bool(SYNTHETIC_KEY, True)
+        w.add_uint32(SEED_KEY, seed)
+        w.add_string(SHAPE_KEY, next(k for k, v in SHAPES.items() if v == shape))
+        _copy_tokenizer(w, vocab_path, shape.n_vocab)
+        if shape.arch == "olmoe":
+            # the original OLMoE GGUF's pre-tokenizer (llama.cpp's "olmo")
+            w.add_string("tokenizer.ggml.pre", "olmo")
+        for name, np_shape, role in plan:
+            dtype = np.float32 if role in ("norm", "bias") else np.float16
+            nbytes = int(np.prod(np_shape)) * np.dtype(dtype).itemsize
+            w.add_tensor_info(name, np_shape, np.dtype(dtype), nbytes)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        rng = np.random.default_rng(seed)
+        for i, (name, np_shape, role) in enumerate(plan):
+            w.write_tensor_data(_weights(rng, np_shape, role))
+            if i % 25 == 0:
+                log(f"models: wrote {i + 1}/{len(plan)} tensors of {out.name}")
+        w.close()
+
+
+def quantize(llama_quantize: str, src: Path, dst: Path, quant: str, threads: int, log_file=None) -> None:
+    """llama-quantize src -> dst (atomic: a failed quantize never leaves dst)."""
+    with atomic_path(dst) as tmp:
+        res = subprocess.run([llama_quantize, str(src), str(tmp), quant, str(threads)],
+                             stdout=log_file or sys.stderr, stderr=subprocess.STDOUT)
+        if res.returncode != 0:
+            raise RuntimeError(f"llama-quantize {src.name} -> {quant} failed (exit {res.returncode})")
+
+
+def synthesize(shape_name: str, seed: int, quants: dict[str, Path], source_tree: Path,
+               llama_quantize: str, threads: int, scratch_dir: Path, log=print) -> None:
+    """Write the F16 intermediate once, quantize it to each requested quant, delete it."""
+    if shape_name not in SHAPES:
+        raise KeyError(f"unknown synthetic shape {shape_name!r}; known: {', '.join(SHAPES)}")
+    shape = SHAPES[shape_name]
+    scratch_dir.mkdir(parents=True, exist_ok=True)
+    f16 = scratch_dir / f"{shape_name}-seed{seed}-f16.gguf"
+    try:
+        write_f16(shape, seed, source_tree / shape.vocab_file, f16, log)
+        for quant, dst in quants.items():
+            log(f"models: llama-quantize {f16.name} -> {quant}")
+            quantize(llama_quantize, f16, dst, quant, threads)
+    finally:
+        if f16.exists():
+            os.unlink(f16)
+
+
+def read_synthetic_flag(path: os.PathLike) -> tuple[bool, int | None]:
+    r = gguf.GGUFReader(path)
+    fld = r.fields.get(SYNTHETIC_KEY)
+    seed = r.fields.get(SEED_KEY)
+    return (bool(fld.contents()) if fld else False, int(seed.contents()) if seed else None)

@@ -1,0 +1,157 @@
+"""Runs one harness configuration as a fresh process inside its own cgroup, after a cold start,
+and turns what it streamed into the run's final records, also when the kernel killed it.
+
+Outputs (all written atomically, so an interrupted run never leaves a finished-looking file):
+  <out>/tokens.csv   one row per decode (prompt processing first, index -1)
+  <out>/experts.csv  one row per expert activation (token, layer, rank, expert)
+  <out>/run.json     every parameter, provenance, limits in force, status, summary
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness import pagecache
+from harness.limits import Limits, RunCgroup
+from harness.machine import machine_info
+from harness.mechanisms import needs_scratch_copy
+from harness.util import atomic_path, atomic_write_json, sha256_file
+from harness.validate import check_header
+
+STATUS_OK, STATUS_MEM, STATUS_TIME, STATUS_FAILED = "ok", "killed: memory", "killed: time", "failed"
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+def utcnow() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _complete_lines(part: Path) -> list[str]:
+    """Lines of a streamed .part file, without a last line cut off by a kill."""
+    if not part.exists():
+        return []
+    text = part.read_text(errors="replace")
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()
+    return lines
+
+
+def _finalize_csv(part: Path, dst: Path, header: str) -> int:
+    lines = _complete_lines(part) or [header + "\n"]
+    with atomic_path(dst) as tmp:
+        tmp.write_text("".join(lines))
+    with contextlib.suppress(FileNotFoundError):
+        part.unlink()
+    return len(lines) - 1
+
+
+def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_info: dict,
+        layout_path: str, limits: Limits, time_limit_s: float | None, log=print) -> dict:
+    """spec: the run's configuration (run_id, model, mechanism, switches, prompt, tokens, ...)."""
+    from harness.worker import EXPERT_FIELDS, TOKEN_FIELDS
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model_path = model_info["path"]
+    check_header(model_path, json.loads(Path(layout_path).read_text())["file_size"])
+    work = Path(tempfile.mkdtemp(prefix=".work-", dir=out))
+    scratch = None
+    cg = RunCgroup(limits)
+    record = {"run_id": spec["run_id"], "spec": spec, "status": None}
+    try:
+        run_model = model_path
+        if needs_scratch_copy(spec["mechanism"]):
+            # never write into the model file: a copy beside the run, deleted in finally
+            scratch = Path(tempfile.mkdtemp(prefix=".scratch-", dir=Path(model_path).parent))
+            run_model = str(scratch / Path(model_path).name)
+            shutil.copyfile(model_path, run_model)
+        res_before, res_after_evict = pagecache.cold_start(run_model)
+        if spec.get("warm"):
+            res_after_evict = pagecache.warm(run_model)
+        cg.open()
+        params = {
+            "out_dir": str(work), "layout": layout_path, "lib_dir": lib_dir, "model_path": run_model,
+            "mlock_non_expert": spec["mlock_non_expert"], "mechanism": spec["mechanism"],
+            "mechanism_options": spec.get("mechanism_options", {}), "prompt": spec["prompt"],
+            "tokens": spec["tokens"], "threads": spec["threads"], "log_experts": spec["log_experts"],
+            "cgroup_dir": cg.memory_dir,
+        }
+        (work / "params.json").write_text(json.dumps(params, indent=2))
+        env = dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir)
+        record.update(start_utc=utcnow(), residency_before=res_before,
+                      residency_at_start=res_after_evict)
+        t0 = time.monotonic()
+        with open(work / "worker.log", "w") as wlog:
+            proc = subprocess.Popen([sys.executable, "-m", "harness.worker", str(work / "params.json")],
+                                    stdout=wlog, stderr=subprocess.STDOUT, env=env,
+                                    preexec_fn=cg.enter if cg.dirs else None)
+            try:
+                rc = proc.wait(timeout=time_limit_s)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+                rc = proc.wait()
+                timed_out = True
+        record["wall_s"] = time.monotonic() - t0
+        record["end_utc"] = utcnow()
+        record["exit_code"] = rc
+        record["peak_cgroup_bytes"] = cg.peak_bytes()
+        oom = cg.oom_killed()
+        if timed_out:
+            status = STATUS_TIME
+        elif rc == 0:
+            status = STATUS_OK
+        elif rc == -signal.SIGKILL and oom:
+            status = STATUS_MEM
+        else:
+            status = STATUS_FAILED
+        record["status"] = status
+        record["residency_after"] = pagecache.residency(run_model)
+        log_text = (work / "worker.log").read_text(errors="replace")
+        shutil.copyfile(work / "worker.log", out / "worker.log")
+        n_tok_rows = _finalize_csv(work / "tokens.csv.part", out / "tokens.csv", ",".join(TOKEN_FIELDS))
+        _finalize_csv(work / "experts.csv.part", out / "experts.csv", ",".join(EXPERT_FIELDS))
+        summary = {}
+        if (work / "worker.json").exists():
+            summary = json.loads((work / "worker.json").read_text())
+        record["tokens_completed"] = summary.get("tokens_completed", max(0, n_tok_rows - 1))
+        record["summary"] = summary
+        record["limits_in_force"] = cg.in_force
+        record["limits_requested"] = {"ram_bytes": limits.ram_bytes, "read_bps": limits.read_bps,
+                                      "time_limit_s": time_limit_s}
+        record["model"] = {k: model_info.get(k) for k in ("name", "path", "sha256", "synthetic", "seed",
+                                                          "quant", "source")}
+        record["model_sha256_after"] = sha256_file(model_path)
+        record["model_unchanged"] = record["model_sha256_after"] == model_info.get("sha256")
+        record["build"] = {k: build.get(k) for k in ("commit", "patch_sha256", "cmake_flags", "key",
+                                                     "source_kind")}
+        record["machine"] = machine_info()
+        if status == STATUS_FAILED:
+            tail = "\n".join(log_text.splitlines()[-15:])
+            atomic_write_json(out / "run.failed.json", record)
+            raise RunFailed(f"run {spec['run_id']} failed (exit {rc}); worker log tail:\n{tail}")
+        if not record["model_unchanged"]:
+            raise RunFailed(f"run {spec['run_id']}: model file {model_path} changed during the run")
+        atomic_write_json(out / "run.json", record)  # last: its presence means the run is complete
+        log(f"run {spec['run_id']}: {status}, {record['tokens_completed']} tokens, "
+            f"{record['wall_s']:.1f} s")
+        return record
+    finally:
+        cg.close()
+        shutil.rmtree(work, ignore_errors=True)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,309 @@
+"""The measured process: loads the model through llama-cpp-python's low-level API against the
+patched build, hooks the routing decision of every layer, and decodes greedily.
+
+It runs inside the run's cgroup and streams its per-token and per-activation rows to append-only
+`.part` files, flushed after every token, so that if the kernel kills it the supervisor still has
+every token it finished. The supervisor (harness.supervise) turns those into the final records.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from harness import lib as hlib
+from harness import mechanisms as mech
+from harness.layout import Layout
+
+TOPK_PREFIX = b"ffn_moe_topk-"
+TOKEN_FIELDS = ["index", "phase", "n_tokens", "token_id", "wall_s", "majflt", "minflt", "pread_s",
+                "madvise_s", "other_prefetch_s", "bytes_prefetched", "bytes_routed", "disk_read_bytes",
+                "cgroup_read_bytes", "rss_bytes", "t_unix"]
+EXPERT_FIELDS = ["token", "layer", "rank", "expert"]
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+def find_mapping(path: str) -> tuple[int, int, int]:
+    """(start, length, file offset) of the mapping of `path` that starts lowest in the file."""
+    st = os.stat(path)
+    best = None
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) < 6:
+                continue
+            dev_ino = int(parts[4])
+            if dev_ino != st.st_ino or os.path.realpath(parts[5].strip()) != os.path.realpath(path):
+                continue
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            off = int(parts[2], 16)
+            # adjacent vmas of one mapping (split by mprotect/mlock) merge into one range
+            if best and best[0] + best[1] == lo and best[2] + best[1] == off:
+                best = (best[0], best[1] + hi - lo, best[2])
+            elif best is None or off < best[2]:
+                best = (lo, hi - lo, off)
+    if best is None:
+        raise WorkerError(f"{path} is not mapped: was the model loaded with mmap?")
+    return best
+
+
+def read_proc_io() -> int:
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    return 0
+
+
+def read_cgroup_read_bytes(cgroup_dir: str | None) -> int:
+    """Bytes read by this cgroup from block devices (v1 blkio or v2 io.stat), or -1."""
+    if not cgroup_dir:
+        return -1
+    v1 = Path(cgroup_dir.replace("/memory/", "/blkio/")) / "blkio.throttle.io_service_bytes"
+    try:
+        if v1.exists():
+            return sum(int(ln.split()[2]) for ln in v1.read_text().splitlines()
+                       if len(ln.split()) == 3 and ln.split()[1] == "Read")
+        v2 = Path(cgroup_dir) / "io.stat"
+        if v2.exists():
+            return sum(int(m) for m in re.findall(r"rbytes=(\d+)", v2.read_text()))
+    except OSError:
+        pass
+    return -1
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * mech.PAGE
+
+
+class RoutingHook:
+    """The cb_eval callback. It is asked about every graph node, so the `ask` path compares a
+    13-byte name prefix and nothing else."""
+
+    NAME_OFF = hlib.GgmlTensor.name.offset
+
+    def __init__(self, mechanism: mech.Mechanism, log_experts: bool, expert_sink):
+        self.mechanism = mechanism
+        self.log_experts = log_experts
+        self.sink = expert_sink
+        self.token = 0  # index of the first token of the batch being decoded
+        self.calls = 0
+        self.layers_seen = 0
+        self.routed = []  # (layer, unique experts) of the current decode
+        self.error: BaseException | None = None
+
+    def __call__(self, t, ask, _user_data):
+        try:
+            if ask:
+                return ctypes.string_at(t + self.NAME_OFF, 13) == TOPK_PREFIX
+            tensor = hlib.GgmlTensor.from_address(t)
+            name = tensor.name
+            if not name.startswith(TOPK_PREFIX):
+                return True
+            layer = int(name[len(TOPK_PREFIX):])
+            n_used, n_tok, row = tensor.ne[0], tensor.ne[1], tensor.nb[1]
+            unique = []
+            seen = set()
+            for r in range(n_tok):
+                ids = (ctypes.c_int32 * n_used).from_address(tensor.data + r * row)
+                for rank, e in enumerate(ids):
+                    if self.log_experts:
+                        self.sink.write(f"{self.token + r},{layer},{rank},{e}\n")
+                    if e not in seen:
+                        seen.add(e)
+                        unique.append(e)
+            self.calls += 1
+            self.routed.append((layer, unique))
+            self.mechanism.on_route(layer, unique)
+            return True
+        except BaseException as exc:  # an exception must not unwind through C; stop the decode
+            self.error = exc
+            return False
+
+
+def run(params: dict) -> dict:
+    """Run one configuration; params as written by the supervisor. Returns the worker summary."""
+    out = Path(params["out_dir"])
+    layout = Layout.load(params["layout"])
+    b = hlib.load(params.get("lib_dir"))
+    L = b.llama_cpp
+    model_path = params["model_path"]  # the scratch copy for write-in-place
+
+    L.llama_backend_init()
+    L.llama_log_set(L.ggml_log_callback(lambda *a: None), None) if params.get("quiet_llama") else None
+    mp = L.llama_model_default_params()
+    mp.n_gpu_layers = 0
+    mp.load_mode = 1  # LLAMA_LOAD_MODE_MMAP: experts must be read from the file's mapping
+    mp.lazy_mode = 0
+    # otherwise the CPU backend may repack weights into anonymous memory and the experts are no
+    # longer read from the file at all
+    mp.use_extra_bufts = False
+    t_load = time.time()
+    model = L.llama_model_load_from_file(model_path.encode(), mp)
+    if not model:
+        raise WorkerError(f"llama.cpp could not load {model_path}")
+    load_s = time.time() - t_load
+
+    start, length, moff = find_mapping(model_path)
+    base = start - moff
+    # Refuse to run unless every expert tensor's data lies in the mapping where the layout says.
+    for x in layout.data["expert_tensors"]:
+        t = b.llama_model_get_tensor(model, x["name"].encode())
+        if not t:
+            raise WorkerError(f"{x['name']}: not in the loaded model")
+        data = t.contents.data
+        if data != base + x["base_offset"]:
+            raise WorkerError(f"{x['name']}: data at {data:#x}, expected the file mapping at "
+                              f"{base + x['base_offset']:#x} (offset {x['base_offset']}); weights were "
+                              "copied out of the mmap (repacked?) and the experts would not be read "
+                              "from the file")
+        if b.ggml_nbytes(t) != x["bytes_per_expert"] * x["n_expert"]:
+            raise WorkerError(f"{x['name']}: {b.ggml_nbytes(t)} bytes loaded, layout says otherwise")
+
+    fd = os.open(model_path, os.O_RDONLY)
+    mapped = mech.MappedModel(model_path, fd, base, start, length, moff, layout)
+
+    locked_bytes = locked_count = 0
+    if params["mlock_non_expert"]:
+        for t in layout.non_expert_tensors:
+            mech.mlock(base + t["offset"], t["bytes"])
+            locked_bytes += t["bytes"]
+            locked_count += 1
+
+    mechanism = mech.make(params["mechanism"], mapped, **params.get("mechanism_options", {}))
+
+    vocab = L.llama_model_get_vocab(model)
+    prompt = params["prompt"].encode()
+    buf = (L.llama_token * (len(prompt) + 16))()
+    n_prompt = L.llama_tokenize(vocab, prompt, len(prompt), buf, len(buf), True, False)
+    if n_prompt <= 0:
+        raise WorkerError(f"tokenizing the prompt failed ({n_prompt})")
+    prompt_tokens = list(buf[:n_prompt])
+
+    cp = L.llama_context_default_params()
+    cp.n_ctx = n_prompt + params["tokens"] + 8
+    cp.n_batch = max(n_prompt, 32)
+    cp.n_ubatch = cp.n_batch
+    cp.n_threads = cp.n_threads_batch = params["threads"]
+    experts_part = open(out / "experts.csv.part", "w", buffering=1 << 16)
+    experts_part.write(",".join(EXPERT_FIELDS) + "\n")
+    hook = RoutingHook(mechanism, params["log_experts"], experts_part)
+    cb = L.ggml_backend_sched_eval_callback(hook)
+    cp.cb_eval = cb
+    cp.cb_eval_user_data = None
+    ctx = L.llama_init_from_model(model, cp)
+    if not ctx:
+        raise WorkerError("llama_init_from_model failed")
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+
+    tokens_part = open(out / "tokens.csv.part", "w", buffering=1)
+    tokens_part.write(",".join(TOKEN_FIELDS) + "\n")
+    cgroup_dir = params.get("cgroup_dir")
+    generated = []
+    mismatches = 0
+    routed_total = prefetched_total = 0
+    # Prompt processing is its own row (index -1); then one row per generated token.
+    batch_tokens = prompt_tokens
+    pos = 0
+    t_start = time.time()
+    for index in range(-1, params["tokens"]):
+        n = len(batch_tokens)
+        arr = (L.llama_token * n)(*batch_tokens)
+        batch = L.llama_batch_get_one(arr, n)
+        hook.token = pos
+        hook.routed = []
+        c0 = mechanism.c.__dict__.copy()
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        io0, cg0 = read_proc_io(), read_cgroup_read_bytes(cgroup_dir)
+        t0 = time.perf_counter()
+        rc = L.llama_decode(ctx, batch)
+        mechanism.drain()
+        wall = time.perf_counter() - t0
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        io1, cg1 = read_proc_io(), read_cgroup_read_bytes(cgroup_dir)
+        if hook.error is not None:
+            raise WorkerError(f"routing hook failed: {hook.error!r}") from hook.error
+        if rc != 0:
+            raise WorkerError(f"llama_decode returned {rc} at token {index}")
+        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
+        if not np.isfinite(logits).all():
+            raise WorkerError(f"non-finite logits at token {index}")
+        token_id = int(logits.argmax())  # greedy
+        c1 = mechanism.c.__dict__
+        routed = sum(len(ex) * layout.slab_bytes(layer) for layer, ex in hook.routed)
+        prefetched = c1["bytes_prefetched"] - c0["bytes_prefetched"]
+        routed_total += routed
+        prefetched_total += prefetched
+        if mechanism.prefetches and prefetched != routed:
+            mismatches += 1
+        if len(hook.routed) != layout.n_layer and layout.n_layer and layout.n_expert:
+            raise WorkerError(f"token {index}: the hook saw {len(hook.routed)} routing decisions, "
+                              f"the model has {layout.n_layer} MoE layers")
+        row = [index, "prompt" if index < 0 else "gen", n, token_id, f"{wall:.6f}",
+               ru1.ru_majflt - ru0.ru_majflt, ru1.ru_minflt - ru0.ru_minflt,
+               f"{c1['pread_s'] - c0['pread_s']:.6f}", f"{c1['madvise_s'] - c0['madvise_s']:.6f}",
+               f"{c1['other_s'] - c0['other_s']:.6f}", prefetched, routed, io1 - io0,
+               (cg1 - cg0) if cg0 >= 0 else -1, rss_bytes(), f"{time.time():.3f}"]
+        tokens_part.write(",".join(map(str, row)) + "\n")
+        if index >= 0:
+            generated.append(token_id)
+            done = index + 1
+            if done % max(1, params["tokens"] // 8) == 0 or done == params["tokens"]:
+                el = time.time() - t_start
+                print(f"progress: {done}/{params['tokens']} tokens, {done / el:.3f} tok/s so far, "
+                      f"rss {rss_bytes() >> 20} MiB", file=sys.stderr, flush=True)
+        pos += n
+        batch_tokens = [token_id]
+    mechanism.close()
+    experts_part.close()
+    tokens_part.close()
+
+    text_buf = ctypes.create_string_buffer(16 * (len(generated) + 1) * 8)
+    pieces = []
+    for tok in generated:
+        m = L.llama_token_to_piece(vocab, tok, text_buf, len(text_buf), 0, False)
+        pieces.append(text_buf.raw[: max(m, 0)])
+    summary = {
+        "tokens_completed": len(generated),
+        "prompt_tokens": prompt_tokens,
+        "generated_tokens": generated,
+        "generated_text": b"".join(pieces).decode("utf-8", "replace"),
+        "load_s": load_s,
+        "mlocked_bytes": locked_bytes,
+        "mlocked_tensors": locked_count,
+        "hook_calls": hook.calls,
+        "bytes_routed": routed_total,
+        "bytes_prefetched": prefetched_total,
+        "byte_accounting_ok": (mismatches == 0) if mechanism.prefetches else None,
+        "cache_hits": mechanism.c.cache_hits,
+        "cache_misses": mechanism.c.cache_misses,
+        "mapping": {"start": start, "length": length, "file_offset": moff},
+    }
+    L.llama_free(ctx)
+    L.llama_model_free(model)
+    os.close(fd)
+    return summary
+
+
+def main(argv=None) -> int:
+    argv = argv if argv is not None else sys.argv[1:]
+    params = json.loads(Path(argv[0]).read_text())
+    summary = run(params)
+    Path(params["out_dir"], "worker.json").write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

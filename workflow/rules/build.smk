@@ -1,0 +1,16 @@
+# Stage 1: the pinned llama.cpp source, patched, built once per (commit, patch, flags) into a
+# cache outside results/; the manifest names the libraries and tools.
+
+
+rule build_llama:
+    output:
+        manifest=MANIFEST,
+    input:
+        patch="harness/llama.cpp.patch",
+    params:
+        build=config["build"],
+    log:
+        "logs/build_llama.log",
+    threads: workflow.cores
+    script:
+        "../scripts/build_llama.py"

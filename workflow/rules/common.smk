@@ -1,0 +1,54 @@
+# Helpers and input functions shared by the rules. The logic lives in the harness package.
+import re
+import sys
+
+sys.path.insert(0, workflow.basedir)
+
+from harness.config import ConfigError, check  # noqa: E402
+
+try:
+    RUNS = {r.run_id: r for r in check(config)}
+except ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
+
+MODELS = config["models"]
+REPEATS = {rid: r.repeats for rid, r in RUNS.items()}
+MAX_REPEATS = max(REPEATS.values(), default=0)
+RUN_DIRS = [f"results/runs/{rid}/rep{k}" for rid, n in REPEATS.items() for k in range(1, n + 1)]
+RUN_MODELS = sorted({r.model for r in RUNS.values()})
+BASELINE_MODELS = list(config["ceilings"].get("baseline_models", []))
+LAYOUT_MODELS = sorted(set(RUN_MODELS) | set(BASELINE_MODELS)
+                       | {config["ceilings"]["dense_model"], config["ceilings"]["moe_model"]})
+MANIFEST = "results/build/llama.json"
+
+
+wildcard_constraints:
+    model="|".join(map(re.escape, MODELS)) or "NONE",
+    run_id="|".join(map(re.escape, RUNS)) or "NONE",
+    rep=r"\d+",
+
+
+def synthetic_f16_input(wildcards):
+    """A synthetic model is quantized from its shape's F16; other sources have no input."""
+    m = MODELS[wildcards.model]
+    if m["source"] != "synthetic":
+        return []
+    return f"results/models/f16/{m['shape']}-seed{m.get('seed', 1)}.gguf"
+
+
+def previous_round(wildcards):
+    """Repeats are interleaved (A B C A B C): repeat k of any run waits for repeat k-1 of all.
+    ancient(): an order, not a data dependency, so adding an entry re-runs nothing."""
+    k = int(wildcards.rep)
+    if k == 1:
+        return []
+    return [ancient(f"results/runs/{rid}/rep{k - 1}/run.json")
+            for rid, n in REPEATS.items() if n >= k - 1]
+
+
+def all_run_records(wildcards):
+    return [f"{d}/run.json" for d in RUN_DIRS]
+
+
+def model_spec(wildcards):
+    return MODELS[wildcards.model]

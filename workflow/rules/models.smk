@@ -1,0 +1,40 @@
+# Stage 2: the GGUF quants (synthetic, downloaded or local) and their byte layouts.
+
+
+rule synthetic_f16:
+    output:
+        temp("results/models/f16/{shape}-seed{seed}.gguf"),
+    input:
+        manifest=MANIFEST,
+    log:
+        "logs/synthetic_f16/{shape}-seed{seed}.log",
+    threads: workflow.cores
+    script:
+        "../scripts/synthetic_f16.py"
+
+
+rule model:
+    output:
+        gguf="results/models/{model}.gguf",
+        info="results/models/{model}.json",
+    input:
+        manifest=MANIFEST,
+        f16=synthetic_f16_input,
+    params:
+        spec=model_spec,
+    log:
+        "logs/model/{model}.log",
+    threads: workflow.cores
+    script:
+        "../scripts/model.py"
+
+
+rule layout:
+    output:
+        "results/models/{model}.layout.json",
+    input:
+        gguf="results/models/{model}.gguf",
+    log:
+        "logs/layout/{model}.log",
+    script:
+        "../scripts/layout.py"

@@ -1,0 +1,9 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+from harness.modelrule import make_model  # noqa: E402
+
+make_model(snakemake.wildcards.model, snakemake.params.spec, snakemake.input.manifest,
+           snakemake.input.f16 or None, snakemake.output.gguf, snakemake.output.info,
+           snakemake.threads, log=lambda s: print(s, file=sys.stderr))

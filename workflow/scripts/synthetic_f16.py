@@ -1,0 +1,13 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from harness.models import SHAPES, write_f16  # noqa: E402
+
+manifest = json.loads(Path(snakemake.input.manifest).read_text())
+shape = SHAPES[snakemake.wildcards.shape]
+write_f16(shape, int(snakemake.wildcards.seed), Path(manifest["source_tree"]) / shape.vocab_file,
+          Path(snakemake.output[0]), log=lambda s: print(s, file=sys.stderr))
