@@ -173,3 +173,17 @@ def ram_budget_check(config: dict, layouts: dict[str, dict]) -> None:
             raise ConfigError(f"config: profiles.{config['profile']}.ram_budget: {budget} bytes is "
                               f"smaller than model {name}'s non-expert tensors "
                               f"({lay['non_expert_bytes']} bytes)")
+
+
+def profile_limits(config: dict, device_path: str, *, ram: bool = True):
+    """The Limits of the configured machine profile (ram=False: the disk cap only)."""
+    from harness.limits import Limits
+
+    name = config["profile"]
+    prof = config["profiles"][name]
+    rb = prof.get("ram_budget")
+    bps = prof.get("read_bps")
+    return Limits(ram_bytes=parse_size(rb, f"profiles.{name}.ram_budget") if (ram and rb is not None)
+                  else None,
+                  read_bps=parse_size(bps, f"profiles.{name}.read_bps") if bps is not None else None,
+                  device_path=device_path, allow_unenforced=bool(prof.get("allow_unenforced", False)))

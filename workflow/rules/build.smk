@@ -6,7 +6,7 @@ rule build_llama:
     output:
         manifest=MANIFEST,
     input:
-        patch="harness/llama.cpp.patch",
+        patch=os.path.join(workflow.basedir, "harness", "llama.cpp.patch"),
     params:
         build=config["build"],
     log:

@@ -1,4 +1,5 @@
 # Helpers and input functions shared by the rules. The logic lives in the harness package.
+import os
 import re
 import sys
 
@@ -52,3 +53,19 @@ def all_run_records(wildcards):
 
 def model_spec(wildcards):
     return MODELS[wildcards.model]
+
+
+def run_spec(wildcards):
+    return dict(RUNS[wildcards.run_id].as_dict(), repeat=int(wildcards.rep))
+
+
+def run_model_file(wildcards):
+    return f"results/models/{RUNS[wildcards.run_id].model}.gguf"
+
+
+def run_model_info(wildcards):
+    return f"results/models/{RUNS[wildcards.run_id].model}.json"
+
+
+def run_model_layout(wildcards):
+    return f"results/models/{RUNS[wildcards.run_id].model}.layout.json"

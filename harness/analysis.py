@@ -1,0 +1,215 @@
+"""Analyses of the run records: importable functions over pandas tables, each tested on small
+hand-made tables with known answers (tests/test_analysis.py)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+WIDE_SPREAD = 0.25  # (max-min)/median above this: too noisy to support a verdict
+
+
+# --- the runs table ---------------------------------------------------------------------------
+
+
+def run_row(record_path: Path) -> dict:
+    rec = json.loads(Path(record_path).read_text())
+    spec = rec["spec"]
+    tok = pd.read_csv(Path(record_path).parent / "tokens.csv")
+    gen = tok[tok.phase == "gen"]
+    n = len(gen)
+    decode_s = float(gen.wall_s.sum()) if n else float("nan")
+    per = (lambda col: float(gen[col].sum()) / n if n else float("nan"))
+    return {
+        "run_id": rec["run_id"], "repeat": spec["repeat"], "entry": spec["entry"],
+        "model": spec["model"], "quant": rec["model"].get("quant"),
+        "synthetic": rec["model"].get("synthetic"), "mechanism": spec["mechanism"],
+        "mlock_non_expert": spec["mlock_non_expert"], "log_experts": spec["log_experts"],
+        "threads": spec["threads"], "lru_budget_mb": spec["lru_budget_mb"],
+        "prefetch_threads": spec["prefetch_threads"], "profile": spec.get("profile"),
+        "status": rec["status"], "tokens_completed": rec["tokens_completed"],
+        "tok_per_s": n / decode_s if n and decode_s > 0 else float("nan"),
+        "majflt_per_token": per("majflt"),
+        "bytes_prefetched_per_token": per("bytes_prefetched"),
+        "bytes_routed_per_token": per("bytes_routed"),
+        "disk_read_bytes_per_token": per("disk_read_bytes"),
+        "pread_s_per_token": per("pread_s"), "madvise_s_per_token": per("madvise_s"),
+        "other_prefetch_s_per_token": per("other_prefetch_s"), "wall_s_per_token": per("wall_s"),
+        "peak_rss_bytes": int(tok.rss_bytes.max()) if len(tok) else None,
+        "peak_cgroup_bytes": rec.get("peak_cgroup_bytes"),
+        "byte_accounting_ok": rec.get("summary", {}).get("byte_accounting_ok"),
+        "residency_before": rec.get("residency_at_start"),
+        "start_utc": rec.get("start_utc"), "end_utc": rec.get("end_utc"),
+        "record": str(record_path),
+    }
+
+
+def runs_table(record_paths: list) -> pd.DataFrame:
+    return pd.DataFrame([run_row(Path(p)) for p in record_paths])
+
+
+def summarize(runs: pd.DataFrame, value: str = "tok_per_s") -> pd.DataFrame:
+    """Median and min-max of `value` over the ok repeats of each run id; flags wide spread."""
+    ok = runs[runs.status == "ok"]
+    g = ok.groupby("run_id")[value]
+    out = pd.DataFrame({"median": g.median(), "min": g.min(), "max": g.max(), "n": g.count()})
+    out["spread"] = (out["max"] - out["min"]) / out["median"].where(out["median"] != 0)
+    out["wide_spread"] = out["spread"] > WIDE_SPREAD
+    first = runs.drop_duplicates("run_id").set_index("run_id")
+    for col in ("model", "quant", "synthetic", "mechanism", "mlock_non_expert", "log_experts",
+                "lru_budget_mb", "prefetch_threads"):
+        out[col] = first[col]
+    statuses = runs.groupby("run_id")["status"].agg(lambda s: ",".join(sorted(set(s))))
+    out = out.reindex(statuses.index)
+    out["statuses"] = statuses
+    return out.reset_index()
+
+
+# --- verdicts ---------------------------------------------------------------------------------
+
+
+def verdict_above(low: float, high: float, threshold: float, wide: bool = False) -> str:
+    """Claim 'value > threshold' given its range [low, high] over repeats."""
+    if wide or any(np.isnan(x) for x in (low, high, threshold)):
+        return INCONCLUSIVE
+    if low > threshold:
+        return HOLDS
+    if high <= threshold:
+        return FAILS
+    return INCONCLUSIVE
+
+
+def verdict_faster(a: pd.Series, b: pd.Series) -> str:
+    """Claim 'configuration a is faster than b' from their repeats: ranges must not overlap."""
+    a, b = a.dropna(), b.dropna()
+    if a.empty or b.empty:
+        return INCONCLUSIVE
+    if a.min() > b.max():
+        return HOLDS
+    if a.max() < b.min():
+        return FAILS
+    return INCONCLUSIVE
+
+
+# --- routing ----------------------------------------------------------------------------------
+
+
+def skew(experts: pd.DataFrame, coverage: float = 0.8) -> pd.DataFrame:
+    """Per layer: how many experts cover `coverage` of the activations, and how many distinct."""
+    rows = []
+    for layer, g in experts.groupby("layer"):
+        counts = g.expert.value_counts().sort_values(ascending=False).to_numpy()
+        cum = np.cumsum(counts) / counts.sum()
+        rows.append({"layer": int(layer), "experts_for_80pct": int(np.searchsorted(cum, coverage - 1e-12)
+                                                                    + 1),
+                     "distinct_experts": int(len(counts)), "activations": int(counts.sum())})
+    return pd.DataFrame(rows)
+
+
+def token_sets(experts: pd.DataFrame) -> dict[int, list[set]]:
+    """layer -> per-token sets of routed experts, in token order."""
+    out = {}
+    for layer, g in experts.groupby("layer"):
+        out[int(layer)] = [set(x) for _, x in g.sort_values("token").groupby("token").expert]
+    return out
+
+
+def locality(experts: pd.DataFrame, max_distance: int = 16) -> pd.DataFrame:
+    """Mean share of token t's routed experts also routed at token t+d, over layers and t."""
+    sets = token_sets(experts)
+    rows = []
+    for d in range(1, max_distance + 1):
+        shares = [len(s[t] & s[t + d]) / len(s[t]) for s in sets.values() for t in range(len(s) - d)
+                  if s[t]]
+        if shares:
+            rows.append({"distance": d, "shared_fraction": float(np.mean(shares)), "pairs": len(shares)})
+    return pd.DataFrame(rows)
+
+
+def _simulate(requests: list[set], size: int, policy: str) -> tuple[int, int]:
+    hits = total = 0
+    if policy == "belady":
+        flat = [(t, e) for t, s in enumerate(requests) for e in sorted(s)]
+        next_use = {}
+        nxt = [0] * len(flat)
+        for i in range(len(flat) - 1, -1, -1):
+            t, e = flat[i]
+            nxt[i] = next_use.get(e, float("inf"))
+            next_use[e] = t
+        cache: dict[int, float] = {}
+        for i, (_t, e) in enumerate(flat):
+            total += 1
+            if e in cache:
+                hits += 1
+            elif len(cache) >= size:
+                del cache[max(cache, key=cache.get)]
+            cache[e] = nxt[i]
+        return hits, total
+    lru: OrderedDict[int, None] = OrderedDict()
+    freq: Counter = Counter()
+    for s in requests:
+        for e in sorted(s):
+            total += 1
+            freq[e] += 1
+            if e in lru:
+                hits += 1
+                lru.move_to_end(e)
+                continue
+            if len(lru) >= size:
+                if policy == "lru":
+                    lru.popitem(last=False)
+                else:  # lfu: evict the least frequently used so far (ties: least recent)
+                    victim = min(lru, key=lambda x: freq[x])
+                    del lru[victim]
+            lru[e] = None
+    return hits, total
+
+
+def cache_simulation(experts: pd.DataFrame, sizes=(8, 16, 24, 32, 40, 48, 56, 64)) -> pd.DataFrame:
+    """Hit rate of LRU, LFU and Belady's optimal policy for per-layer expert caches of each size:
+    the best any expert cache could do on the recorded routing trace."""
+    sets = token_sets(experts)
+    rows = []
+    for size in sizes:
+        for policy in ("lru", "lfu", "belady"):
+            h = t = 0
+            for reqs in sets.values():
+                hh, tt = _simulate(reqs, size, policy)
+                h, t = h + hh, t + tt
+            rows.append({"cache_experts_per_layer": size, "policy": policy,
+                         "hit_rate": h / t if t else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def routing_heatmap(experts: pd.DataFrame, n_layer: int, n_expert: int) -> np.ndarray:
+    m = np.zeros((n_layer, n_expert))
+    for (layer, e), c in experts.groupby(["layer", "expert"]).size().items():
+        m[int(layer), int(e)] = c
+    return m
+
+
+# --- throughput ---------------------------------------------------------------------------------
+
+
+def io_bound_estimate(bytes_per_token: float, io_mb_per_s: float, compute_s_per_token: float) -> float:
+    """The tok/s a configuration could reach: (bytes to read per token / I/O ceiling) + compute."""
+    return 1.0 / (bytes_per_token / (io_mb_per_s * 1e6) + compute_s_per_token)
+
+
+def time_breakdown(runs: pd.DataFrame, run_id: str) -> dict:
+    ok = runs[(runs.run_id == run_id) & (runs.status == "ok")]
+    wall = ok.wall_s_per_token.median()
+    pread = ok.pread_s_per_token.median()
+    madv = ok.madvise_s_per_token.median()
+    other = ok.other_prefetch_s_per_token.median()
+    compute = max(0.0, wall - pread - madv - other)
+    return {"run_id": run_id, "wall_s": wall, "pread_s": pread, "madvise_s": madv,
+            "other_prefetch_s": other, "compute_s": compute,
+            "pread_share": pread / wall if wall else float("nan"),
+            "compute_share": compute / wall if wall else float("nan"),
+            "madvise_other_share": (madv + other) / wall if wall else float("nan")}

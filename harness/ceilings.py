@@ -1,0 +1,130 @@
+"""The machine's ceilings, measured inside the same limits as the runs.
+
+I/O: O_DIRECT sequential reads (no page cache) of a file on the models' filesystem, several
+samples at different offsets. Compute: llama-bench decode on the dense model, cold then warm, and
+on the MoE model fully cached with no RAM budget. Stock baselines: llama-bench decode of each
+OLMoE quant under the profile, with each load mode it supports (mmap, direct I/O).
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import pagecache
+from harness.limits import Limits, RunCgroup
+from harness.supervise import utcnow
+
+CHUNK = 8 << 20
+
+
+def odirect_read(path: str, offset: int, nbytes: int) -> float:
+    """Read nbytes at offset with O_DIRECT; returns MB/s (10^6 bytes per second)."""
+    buf = mmap.mmap(-1, CHUNK)  # page-aligned, as O_DIRECT needs
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        done = 0
+        t0 = time.perf_counter()
+        while done < nbytes:
+            n = os.preadv(fd, [memoryview(buf)[: min(CHUNK, nbytes - done)]], offset + done)
+            if n <= 0:
+                raise OSError(f"short O_DIRECT read at {offset + done} of {path}")
+            done += n
+        dt = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        buf.close()
+    return nbytes / dt / 1e6
+
+
+def make_test_file(path: Path, nbytes: int) -> None:
+    """A file of incompressible bytes to read back (written once, fsynced, evicted)."""
+    block = os.urandom(CHUNK)
+    with open(path, "wb") as f:
+        left = nbytes
+        while left > 0:
+            f.write(block[: min(CHUNK, left)])
+            left -= CHUNK
+        f.flush()
+        os.fsync(f.fileno())
+    pagecache.evict(path)
+
+
+def in_cgroup(limits: Limits, argv: list[str], env=None, stdout=None, stderr=None) -> tuple[int, dict]:
+    """Run argv inside a fresh cgroup with the limits; returns (exit code, limits in force)."""
+    with RunCgroup(limits) as cg:
+        res = subprocess.run(argv, env=env, stdout=stdout, stderr=stderr,
+                             preexec_fn=cg.enter if cg.dirs else None)
+        return res.returncode, dict(cg.in_force, peak_cgroup_bytes=cg.peak_bytes())
+
+
+def io_ceiling(scratch_dir: Path, samples_mib: list[int], limits: Limits, log=print) -> list[dict]:
+    scratch_dir.mkdir(parents=True, exist_ok=True)
+    test = scratch_dir / ".io-ceiling.bin"
+    total = sum(samples_mib) << 20
+    rows = []
+    try:
+        make_test_file(test, total)
+        offset = 0
+        for i, mib in enumerate(samples_mib):
+            argv = [sys.executable, "-m", "harness.ceilings", "odirect", str(test), str(offset),
+                    str(mib << 20)]
+            start = utcnow()
+            res_path = scratch_dir / f".io-{i}.json"
+            with open(res_path, "w") as out:
+                rc, in_force = in_cgroup(limits, argv, stdout=out)
+            if rc != 0:
+                raise RuntimeError(f"O_DIRECT read sample {i} failed (exit {rc})")
+            mbps = json.loads(res_path.read_text())["mb_per_s"]
+            res_path.unlink()
+            rows.append({"sample": i, "offset_bytes": offset, "bytes": mib << 20, "mb_per_s": mbps,
+                         "start_utc": start, "end_utc": utcnow(),
+                         "read_bps_limit": in_force.get("read_bps"), "cgroup": in_force.get("cgroup")})
+            log(f"io ceiling sample {i}: {mib} MiB at offset {offset}: {mbps:.1f} MB/s")
+            offset += mib << 20
+    finally:
+        test.unlink(missing_ok=True)
+    return rows
+
+
+def llama_bench(bench: str, model: str, threads: int, tokens: int, load_mode: str, limits: Limits,
+                lib_dir: str, log_file) -> dict:
+    argv = [bench, "-m", model, "-p", "0", "-n", str(tokens), "-r", "1", "--no-warmup", "-t",
+            str(threads), "-lm", load_mode, "-o", "json"]
+    out_path = Path(log_file.name).with_suffix(".bench.json")
+    start = utcnow()
+    with open(out_path, "w") as out:
+        rc, in_force = in_cgroup(limits, argv, env=dict(os.environ, LD_LIBRARY_PATH=lib_dir),
+                                 stdout=out, stderr=log_file)
+    text = out_path.read_text()
+    out_path.unlink()
+    rec = {"model": model, "load_mode": load_mode, "threads": threads, "tokens": tokens,
+           "start_utc": start, "end_utc": utcnow(), "exit_code": rc, "limits_in_force": in_force,
+           "argv": argv}
+    if rc == 0:
+        data = json.loads(text)
+        rec["llama_bench"] = data
+        rec["tok_per_s"] = data[0]["avg_ts"] if data else None
+        rec["samples_ts"] = data[0].get("samples_ts") if data else None
+    else:
+        rec["tok_per_s"] = None
+        rec["error"] = f"llama-bench exited {rc}"
+    return rec
+
+
+def main(argv=None) -> int:
+    argv = argv if argv is not None else sys.argv[1:]
+    if argv[0] == "odirect":
+        mbps = odirect_read(argv[1], int(argv[2]), int(argv[3]))
+        print(json.dumps({"mb_per_s": mbps}))
+        return 0
+    raise SystemExit(f"unknown subcommand {argv[0]!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+def write_findings(*a, **k): raise NotImplementedError

@@ -1,0 +1,58 @@
+# Stage 5: one table of every run, the analyses of the seven findings, plots and RESULTS.md.
+
+
+rule runs_table:
+    output:
+        report(
+            "results/analysis/runs.csv",
+            caption="../report/runs.rst",
+            category="Tables",
+            labels={"table": "runs"},
+        ),
+    input:
+        records=all_run_records,
+    log:
+        "logs/runs_table.log",
+    script:
+        "../scripts/runs_table.py"
+
+
+rule findings:
+    output:
+        results="results/analysis/RESULTS.md",
+        tables=directory("results/analysis/tables"),
+        plots=report(
+            directory("results/analysis/plots"),
+            patterns=["{name}.png"],
+            caption="../report/plots.rst",
+            category="Plots",
+            labels={"plot": "{name}"},
+        ),
+    input:
+        runs="results/analysis/runs.csv",
+        records=all_run_records,
+        io="results/ceilings/io.csv",
+        compute="results/ceilings/compute.json",
+        baselines=expand("results/baselines/{model}.json", model=BASELINE_MODELS),
+        layouts=expand("results/models/{model}.layout.json", model=LAYOUT_MODELS),
+        infos=expand("results/models/{model}.json", model=LAYOUT_MODELS),
+    params:
+        config=config,
+    log:
+        "logs/findings.log",
+    script:
+        "../scripts/findings.py"
+
+
+rule final:
+    output:
+        directory("results/final"),
+    input:
+        results=rules.findings.output.results,
+        tables=rules.findings.output.tables,
+        plots=rules.findings.output.plots,
+        runs=rules.runs_table.output[0],
+    log:
+        "logs/final.log",
+    script:
+        "../scripts/final.py"

@@ -1,0 +1,55 @@
+# Stage 3: the machine's I/O and compute ceilings and the stock llama-bench baselines, each under
+# the profile's kernel limits. Every measurement takes all cores so nothing runs beside it.
+
+
+rule io_ceiling:
+    output:
+        report(
+            "results/ceilings/io.csv",
+            caption="../report/io_ceiling.rst",
+            category="Ceilings",
+            labels={"ceiling": "I/O"},
+        ),
+    input:
+        models=expand("results/models/{model}.json", model=LAYOUT_MODELS),
+    params:
+        samples=config["ceilings"].get("io_samples_mib", [1024, 512, 1024]),
+        config=config,
+    log:
+        "logs/io_ceiling.log",
+    threads: workflow.cores
+    script:
+        "../scripts/io_ceiling.py"
+
+
+rule compute_ceiling:
+    output:
+        "results/ceilings/compute.json",
+    input:
+        manifest=MANIFEST,
+        dense="results/models/{}.gguf".format(config["ceilings"]["dense_model"]),
+        moe="results/models/{}.gguf".format(config["ceilings"]["moe_model"]),
+    params:
+        tokens=config["ceilings"].get("bench_tokens", 32),
+        config=config,
+    log:
+        "logs/compute_ceiling.log",
+    threads: workflow.cores
+    script:
+        "../scripts/compute_ceiling.py"
+
+
+rule stock_baseline:
+    output:
+        "results/baselines/{model}.json",
+    input:
+        manifest=MANIFEST,
+        gguf="results/models/{model}.gguf",
+    params:
+        tokens=config["ceilings"].get("bench_tokens", 32),
+        config=config,
+    log:
+        "logs/stock_baseline/{model}.log",
+    threads: workflow.cores
+    script:
+        "../scripts/stock_baseline.py"

@@ -1,0 +1,31 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from harness import pagecache  # noqa: E402
+from harness.ceilings import llama_bench  # noqa: E402
+from harness.config import profile_limits  # noqa: E402
+from harness.util import atomic_write_json  # noqa: E402
+
+cfg = snakemake.params.config
+manifest = json.loads(Path(snakemake.input.manifest).read_text())
+threads = cfg["profiles"][cfg["profile"]]["threads"]
+bench = lambda model, limits: llama_bench(  # noqa: E731
+    manifest["llama_bench"], model, threads, snakemake.params.tokens, "mmap", limits,
+    manifest["lib_dir"], sys.stderr)
+limits = profile_limits(cfg, snakemake.input.dense)
+# dense model: cold (evicted), then warm straight after, as the study did
+pagecache.cold_start(snakemake.input.dense)
+dense_cold = bench(snakemake.input.dense, limits)
+dense_warm = bench(snakemake.input.dense, limits)
+# the MoE model's own compute ceiling: no RAM budget, fully cached
+pagecache.warm(snakemake.input.moe)
+moe_warm = bench(snakemake.input.moe, profile_limits(cfg, snakemake.input.moe, ram=False))
+atomic_write_json(snakemake.output[0], {
+    "dense_model": cfg["ceilings"]["dense_model"], "moe_model": cfg["ceilings"]["moe_model"],
+    "dense_cold": dense_cold, "dense_warm": dense_warm, "moe_warm": moe_warm,
+    "build": {k: manifest[k] for k in ("commit", "patch_sha256", "key")},
+})

@@ -1,0 +1,18 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+import os  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+# results/final is the user-facing copy of results/analysis; assembled aside, renamed into place
+src = Path(snakemake.input.results).parent
+dst = Path(snakemake.output[0])
+tmp = Path(tempfile.mkdtemp(prefix=".final-", dir=dst.parent))
+for name in ("RESULTS.md", "runs.csv", "tables", "plots"):
+    (shutil.copytree if (src / name).is_dir() else shutil.copy2)(src / name, tmp / name)
+shutil.rmtree(dst, ignore_errors=True)
+os.replace(tmp, dst)
+print(f"results/final assembled from {src}", file=sys.stderr)

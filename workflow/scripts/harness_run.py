@@ -1,0 +1,17 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from harness import supervise  # noqa: E402
+from harness.config import profile_limits  # noqa: E402
+
+manifest = json.loads(Path(snakemake.input.manifest).read_text())
+info = json.loads(Path(snakemake.input.info).read_text())
+spec = dict(snakemake.params.spec, profile=snakemake.params.config["profile"])
+supervise.run(spec, Path(snakemake.output.record).parent, lib_dir=manifest["lib_dir"], build=manifest,
+              model_info=info, layout_path=snakemake.input.layout,
+              limits=profile_limits(snakemake.params.config, snakemake.input.model),
+              time_limit_s=spec["time_limit_s"], log=lambda s: print(s, file=sys.stderr))

@@ -1,0 +1,11 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+from harness.analysis import runs_table  # noqa: E402
+from harness.util import atomic_path  # noqa: E402
+
+table = runs_table(snakemake.input.records)
+with atomic_path(snakemake.output[0]) as tmp:
+    table.to_csv(tmp, index=False)
+print(f"{len(table)} runs", file=sys.stderr)

@@ -1,0 +1,24 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from harness import pagecache  # noqa: E402
+from harness.ceilings import llama_bench  # noqa: E402
+from harness.config import profile_limits  # noqa: E402
+from harness.util import atomic_write_json  # noqa: E402
+
+cfg = snakemake.params.config
+manifest = json.loads(Path(snakemake.input.manifest).read_text())
+threads = cfg["profiles"][cfg["profile"]]["threads"]
+limits = profile_limits(cfg, snakemake.input.gguf)
+records = []
+for mode in ("mmap", "dio"):  # what a user would run instead of the harness
+    before, after = pagecache.cold_start(snakemake.input.gguf)
+    rec = llama_bench(manifest["llama_bench"], snakemake.input.gguf, threads, snakemake.params.tokens,
+                      mode, limits, manifest["lib_dir"], sys.stderr)
+    rec.update(residency_before=before, residency_at_start=after, model=snakemake.wildcards.model)
+    records.append(rec)
+atomic_write_json(snakemake.output[0], {"model": snakemake.wildcards.model, "runs": records})
