@@ -212,7 +212,7 @@ class ThreadPool(Mechanism):
 
 
 PROT_READ, PROT_WRITE = 1, 2
-MAP_SHARED, MAP_FIXED = 1, 0x10
+MAP_SHARED, MAP_PRIVATE, MAP_FIXED = 1, 2, 0x10
 
 
 @register
@@ -263,8 +263,12 @@ class LruODirect(Mechanism):
         self.cache: collections.OrderedDict[tuple[int, int], bytes] = collections.OrderedDict()
         self.cached_bytes = 0
         self.dfd = os.open(model.path, os.O_RDONLY | os.O_DIRECT)
-        start, length = model.map_start, model.map_len
-        _check(_libc.mprotect(start, length, PROT_READ | PROT_WRITE), "mprotect")
+        # llama.cpp maps the file shared and read-only; remap the same range private and writable
+        # at the same address (identical bytes) so the copies below are copy-on-write, as in the study
+        addr = _libc.mmap(model.map_start, model.map_len, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_FIXED, model.fd, model.map_offset)
+        if addr != model.map_start:
+            raise OSError(ctypes.get_errno(), "lru-odirect: remapping the model private failed")
         self.buf = mmap.mmap(-1, _max_slab(self.layout) + 2 * PAGE)  # page-aligned for O_DIRECT
 
     def _read_direct(self, offset: int, nbytes: int) -> bytes:

@@ -12,6 +12,10 @@ import os
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_long]
+_libc.mmap.restype = ctypes.c_void_p
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
 
 def residency(path: os.PathLike) -> float:
@@ -19,21 +23,21 @@ def residency(path: os.PathLike) -> float:
     size = os.path.getsize(path)
     if size == 0:
         return 0.0
-    with open(path, "rb") as f:
-        m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = _libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED: maps, reads nothing
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
         try:
-            pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
             vec = (ctypes.c_ubyte * pages)()
-            buf = (ctypes.c_char * 1).from_buffer(m)
-            addr = ctypes.addressof(buf)
-            rc = _libc.mincore(addr, size, vec)
-            del buf
-            if rc != 0:
-                raise OSError(ctypes.get_errno(), "mincore failed")
-            resident = sum(v & 1 for v in bytes(vec))
+            if _libc.mincore(addr, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore of {path} failed")
         finally:
-            m.close()
-    return resident / pages
+            _libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return sum(v & 1 for v in bytes(vec)) / pages
 
 
 def evict(path: os.PathLike) -> None:

@@ -175,14 +175,14 @@ def run(params: dict) -> dict:
     fd = os.open(model_path, os.O_RDONLY)
     mapped = mech.MappedModel(model_path, fd, base, start, length, moff, layout)
 
+    # the mechanism first: some remap the weights, which would drop earlier mlocks
+    mechanism = mech.make(params["mechanism"], mapped, **params.get("mechanism_options", {}))
     locked_bytes = locked_count = 0
     if params["mlock_non_expert"]:
         for t in layout.non_expert_tensors:
             mech.mlock(base + t["offset"], t["bytes"])
             locked_bytes += t["bytes"]
             locked_count += 1
-
-    mechanism = mech.make(params["mechanism"], mapped, **params.get("mechanism_options", {}))
 
     vocab = L.llama_model_get_vocab(model)
     prompt = params["prompt"].encode()
