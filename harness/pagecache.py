@@ -43,6 +43,8 @@ def residency(path: os.PathLike) -> float:
 def evict(path: os.PathLike) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
+        # dirty pages (a freshly written scratch copy) are not dropped: write them back first
+        os.fdatasync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)

@@ -58,7 +58,7 @@ def rounded(df: pd.DataFrame) -> pd.DataFrame:
 def md_table(df: pd.DataFrame) -> str:
     cols = list(df.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, r in df.iterrows():
+    for r in df.itertuples(index=False):  # itertuples keeps each column's own type
         lines.append("| " + " | ".join("" if (isinstance(v, float) and math.isnan(v)) else str(v)
                                        for v in r) + " |")
     return "\n".join(lines)
@@ -215,7 +215,7 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
         ex = pd.read_csv(Path(trace_run.record).parent / "experts.csv")
         ex = ex[ex.token >= ex.token.min()]
         sk = A.skew(ex)
-        w.text(f"Routing trace: run `{trace_run.run_id}` repeat {trace_run.repeat} "
+        w.text(f"Routing trace: run `{trace_run['run_id']}` repeat {trace_run['repeat']} "
                f"({int(ex.token.nunique())} tokens incl. the prompt, {n_expert} experts).\n")
         w.table("finding2_skew", sk, "harness_run")
         frac = float(sk.experts_for_80pct.median()) / max(n_expert, 1)

@@ -99,6 +99,7 @@ class RoutingHook:
         self.log_experts = log_experts
         self.sink = expert_sink
         self.token = 0  # index of the first token of the batch being decoded
+        self.batch_n = 1  # tokens in that batch
         self.calls = 0
         self.layers_seen = 0
         self.routed = []  # (layer, unique experts) of the current decode
@@ -116,11 +117,14 @@ class RoutingHook:
             n_used, n_tok, row = tensor.ne[0], tensor.ne[1], tensor.nb[1]
             unique = []
             seen = set()
+            # the last layer computes only the rows whose logits are needed (the batch's last
+            # token), so rows map onto the batch's final n_tok tokens
+            first = self.token + self.batch_n - n_tok
             for r in range(n_tok):
                 ids = (ctypes.c_int32 * n_used).from_address(tensor.data + r * row)
                 for rank, e in enumerate(ids):
                     if self.log_experts:
-                        self.sink.write(f"{self.token + r},{layer},{rank},{e}\n")
+                        self.sink.write(f"{first + r},{layer},{rank},{e}\n")
                     if e not in seen:
                         seen.add(e)
                         unique.append(e)
@@ -222,7 +226,7 @@ def run(params: dict) -> dict:
         n = len(batch_tokens)
         arr = (L.llama_token * n)(*batch_tokens)
         batch = L.llama_batch_get_one(arr, n)
-        hook.token = pos
+        hook.token, hook.batch_n = pos, n
         hook.routed = []
         c0 = mechanism.c.__dict__.copy()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -307,3 +311,25 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def tensor_offsets(model_path: str, names: list[str], lib_dir: str | None = None) -> dict[str, int]:
+    """File offsets of the named tensors' data as llama.cpp itself reports them (through the patch's
+    accessor on an mmap'd load): the independent check of a layout file."""
+    b = hlib.load(lib_dir)
+    L = b.llama_cpp
+    L.llama_backend_init()
+    mp = L.llama_model_default_params()
+    mp.n_gpu_layers, mp.load_mode, mp.lazy_mode, mp.use_extra_bufts = 0, 1, 0, False
+    model = L.llama_model_load_from_file(model_path.encode(), mp)
+    if not model:
+        raise WorkerError(f"llama.cpp could not load {model_path}")
+    try:
+        start, _, moff = find_mapping(model_path)
+        out = {}
+        for n in names:
+            t = b.llama_model_get_tensor(model, n.encode())
+            out[n] = (t.contents.data - (start - moff)) if t else None
+        return out
+    finally:
+        L.llama_model_free(model)

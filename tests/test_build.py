@@ -1,0 +1,79 @@
+import io
+import json
+import tarfile
+
+import pytest
+
+from harness import build
+from tests.conftest import run_in_subprocess
+
+
+def test_build_key_depends_on_commit_patch_and_flags():
+    k = build.build_key("a" * 40, "p1", ("-DX=1",))
+    assert k != build.build_key("b" * 40, "p1", ("-DX=1",))
+    assert k != build.build_key("a" * 40, "p2", ("-DX=1",))
+    assert k != build.build_key("a" * 40, "p1", ("-DX=2",))
+    assert k == build.build_key("a" * 40, "p1", ("-DX=1",))
+
+
+def _tar(tmp_path, members):
+    p = tmp_path / "evil.tar.gz"
+    with tarfile.open(p, "w:gz") as t:
+        for name, kind in members:
+            ti = tarfile.TarInfo(name)
+            if kind == "sym":
+                ti.type, ti.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                t.addfile(ti)
+            else:
+                data = b"x"
+                ti.size = len(data)
+                t.addfile(ti, io.BytesIO(data))
+    return p
+
+
+def test_safe_extract_refuses_path_escape(tmp_path):
+    p = _tar(tmp_path, [("top/vendor/llama.cpp/../../../../escape.txt", "file")])
+    with pytest.raises(build.BuildError, match="escapes"):
+        build.safe_extract(p, "top/vendor/llama.cpp/", tmp_path / "out")
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_safe_extract_refuses_symlink_out(tmp_path):
+    p = _tar(tmp_path, [("top/vendor/llama.cpp/link", "sym")])
+    with pytest.raises(build.BuildError, match="escapes"):
+        build.safe_extract(p, "top/vendor/llama.cpp/", tmp_path / "out")
+
+
+def test_patch_that_does_not_apply_fails_clearly(manifest, tmp_path):
+    bad = tmp_path / "bad.patch"
+    bad.write_text("--- a/include/llama.h\n+++ b/include/llama.h\n@@ -1,3 +1,4 @@\n-no such line\n"
+                   "+replacement\n context\n context\n")
+    with pytest.raises(build.BuildError, match="does not apply"):
+        build.apply_patch(build.Path(manifest["source_tree"]), bad, tmp_path / "tree")
+
+
+def test_manifest_records_pinned_commit_and_patch(manifest, test_config):
+    assert manifest["commit"] == test_config["build"]["source"]["commit"]
+    assert manifest["patch_sha256"] == build.sha256_file(build.PATCH)
+    for tool in ("llama_bench", "llama_quantize"):
+        assert build.Path(manifest[tool]).exists()
+    # a second ensure_build reuses the cache instead of rebuilding
+    again = build.ensure_build(test_config["build"], jobs=2, log=lambda s: None)
+    assert again["key"] == manifest["key"]
+
+
+def test_llama_cpp_loads_patched_library_and_accessor_works(manifest, tiny_models):
+    m = tiny_models["olmoe-tiny-Q4_K_M"]
+    names = [x["name"] for x in m["data"]["expert_tensors"]] + ["no.such.tensor"]
+    code = (
+        "import json, llama_cpp, os\n"
+        "from harness.worker import tensor_offsets\n"
+        "lib = llama_cpp.llama_cpp._lib._name\n"
+        f"offs = tensor_offsets({m['gguf']!r}, {names!r})\n"
+        "print(json.dumps({'lib': lib, 'offs': offs}))\n")
+    out = run_in_subprocess(code, manifest["lib_dir"])
+    assert out["lib"].startswith(manifest["lib_dir"])
+    assert out["offs"]["no.such.tensor"] is None
+    for x in m["data"]["expert_tensors"]:  # llama.cpp's own offsets equal the layout file's
+        assert out["offs"][x["name"]] == x["base_offset"]
+    json.dumps(out)

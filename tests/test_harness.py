@@ -1,0 +1,133 @@
+"""Every mechanism on a tiny model, through the real supervisor, worker and llama.cpp build."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from harness import supervise
+from harness.limits import Limits
+from harness.mechanisms import REGISTRY
+from harness.util import sha256_file
+
+PROMPT = "The history of the Roman Empire begins with"
+
+
+def spec(mechanism, **kw):
+    base = dict(run_id=f"t-{mechanism}", entry="t", model="olmoe-tiny-Q4_K_M", mechanism=mechanism,
+                mlock_non_expert=False, log_experts=True, threads=2, prompt=PROMPT, tokens=12,
+                repeats=1, lru_budget_mb=0, prefetch_threads=2, time_limit_s=120, repeat=1,
+                mechanism_options={})
+    if mechanism == "lru-odirect":
+        base["mechanism_options"] = {"lru_budget_mb": 4}
+    if mechanism == "threadpool":
+        base["mechanism_options"] = {"prefetch_threads": 2}
+    base.update(kw)
+    return base
+
+
+def run(manifest, model, out, s, limits=None, time_limit=120):
+    return supervise.run(s, out, lib_dir=manifest["lib_dir"], build=manifest, model_info=model["info"],
+                         layout_path=model["layout"], limits=limits or Limits(),
+                         time_limit_s=time_limit, log=lambda m: None)
+
+
+@pytest.fixture(scope="module")
+def all_runs(manifest, tiny_models, tmp_path_factory):
+    model = tiny_models["olmoe-tiny-Q4_K_M"]
+    out = {}
+    for name in REGISTRY:
+        d = tmp_path_factory.mktemp(name.replace("+", "_"))
+        rec = run(manifest, model, d, spec(name, mlock_non_expert=(name == "pread+madvise")))
+        out[name] = (rec, d)
+    return out
+
+
+def test_every_mechanism_completes_with_full_records(all_runs):
+    for name, (rec, d) in all_runs.items():
+        assert rec["status"] == "ok", name
+        assert rec["tokens_completed"] == 12
+        tok = pd.read_csv(d / "tokens.csv")
+        assert list(tok.phase) == ["prompt"] + ["gen"] * 12
+        assert (tok.wall_s > 0).all()
+        on_disk = json.loads((d / "run.json").read_text())
+        for key in ("spec", "build", "machine", "model", "limits_in_force", "start_utc", "end_utc",
+                    "summary"):
+            assert key in on_disk, (name, key)
+        assert on_disk["build"]["commit"] and on_disk["model"]["synthetic"] is True
+
+
+def test_prompt_tokenizes_to_gpt_neox_tokens(all_runs):
+    rec, _ = all_runs["none"]
+    # GPT-NeoX BPE ids of "The history of the Roman Empire begins with"
+    assert rec["summary"]["prompt_tokens"] == [510, 2892, 273, 253, 8370, 13958, 9513, 342]
+
+
+def test_mechanisms_never_change_tokens_or_routing(all_runs):
+    ref_rec, ref_dir = all_runs["none"]
+    ref_experts = pd.read_csv(ref_dir / "experts.csv")
+    n_layer, n_used = 4, 2
+    # every layer of every generated token, n_used each; the prompt's last layer only its last token
+    assert len(ref_experts) == n_used * (n_layer * (12 + 8) - 7)
+    for name, (rec, d) in all_runs.items():
+        assert rec["summary"]["generated_tokens"] == ref_rec["summary"]["generated_tokens"], name
+        ex = pd.read_csv(d / "experts.csv")
+        pd.testing.assert_frame_equal(ex, ref_experts, obj=name)
+
+
+def test_byte_accounting_is_exact(all_runs, tiny_models):
+    lay = tiny_models["olmoe-tiny-Q4_K_M"]["data"]
+    per_layer = {int(k): v for k, v in lay["slab_bytes_per_layer"].items()}
+    for name, (rec, d) in all_runs.items():
+        ex = pd.read_csv(d / "experts.csv")
+        tok = pd.read_csv(d / "tokens.csv")
+        # the sum of slab sizes over each decode's unique routed experts per layer
+        gen = ex[ex.token >= 8]
+        prompt = ex[ex.token < 8]
+        expected = sum(per_layer[l] * g.expert.nunique() for (t, l), g in gen.groupby(["token", "layer"]))
+        expected += sum(per_layer[l] * g.expert.nunique() for l, g in prompt.groupby("layer"))
+        assert int(tok.bytes_routed.sum()) == expected
+        if name == "none":
+            assert rec["summary"]["byte_accounting_ok"] is None
+            assert tok.bytes_prefetched.sum() == 0
+        else:
+            assert rec["summary"]["byte_accounting_ok"] is True, name
+            assert int(tok.bytes_prefetched.sum()) == expected, name
+
+
+def test_mlock_records_non_expert_bytes(all_runs, tiny_models):
+    rec, _ = all_runs["pread+madvise"]
+    lay = tiny_models["olmoe-tiny-Q4_K_M"]["data"]
+    assert rec["summary"]["mlocked_bytes"] == lay["non_expert_bytes"]
+    assert rec["summary"]["mlocked_tensors"] == lay["non_expert_count"]
+
+
+def test_write_in_place_leaves_model_file_unchanged(all_runs, tiny_models):
+    rec, d = all_runs["write-in-place"]
+    model = tiny_models["olmoe-tiny-Q4_K_M"]
+    assert sha256_file(model["gguf"]) == model["info"]["sha256"] == rec["model_sha256_after"]
+    assert rec["model_unchanged"] is True
+    assert not list(d.parent.glob(".scratch-*"))
+
+
+def test_cold_start_residency_is_near_zero(all_runs):
+    for name, (rec, _) in all_runs.items():
+        assert rec["residency_at_start"] < 0.01, name
+
+
+def test_time_limit_is_a_result(manifest, tiny_models, tmp_path):
+    rec = run(manifest, tiny_models["olmoe-tiny-Q4_K_M"], tmp_path, spec("none", tokens=4000),
+              time_limit=3)
+    assert rec["status"] == "killed: time"
+    tok = pd.read_csv(tmp_path / "tokens.csv")
+    assert rec["tokens_completed"] == len(tok) - 1 and rec["tokens_completed"] > 0
+    assert tok.rss_bytes.gt(0).all()  # the RSS trail survives the kill
+
+
+def test_memory_kill_is_a_result(manifest, tiny_models, tmp_path):
+    # a budget far below what even loading the model takes: the kernel kills the worker
+    rec = run(manifest, tiny_models["olmoe-tiny-Q4_K_M"], tmp_path, spec("lru-odirect"),
+              limits=Limits(ram_bytes=48 << 20))
+    assert rec["status"] == "killed: memory"
+    assert rec["limits_in_force"]["ram_bytes"] == 48 << 20
+    assert rec["peak_cgroup_bytes"] <= 48 << 20

@@ -1,0 +1,56 @@
+import gguf
+import pytest
+
+from harness.models import SHAPES, tensor_plan
+
+
+def test_full_size_olmoe_plan_has_the_originals_shapes():
+    plan = {n: s for n, s, _ in tensor_plan(SHAPES["olmoe-1b-7b"])}
+    assert plan["blk.0.ffn_gate_exps.weight"] == (64, 1024, 2048)  # expert outermost
+    assert plan["blk.15.ffn_down_exps.weight"] == (64, 2048, 1024)
+    assert plan["token_embd.weight"] == (50304, 2048)
+    assert "output.weight" in plan and "blk.16.attn_q.weight" not in plan
+    n_params = sum(int(__import__("numpy").prod(s)) for s in plan.values())
+    assert 6.8e9 < n_params < 7.0e9  # OLMoE-1B-7B: 6.92B parameters
+
+
+def test_full_size_qwen_plan_is_dense_and_tied():
+    plan = {n: s for n, s, _ in tensor_plan(SHAPES["qwen2.5-0.5b"])}
+    assert "output.weight" not in plan and plan["blk.23.ffn_up.weight"] == (4864, 896)
+    assert plan["blk.0.attn_k.weight"] == (128, 896)  # 2 KV heads of 64
+
+
+def test_tiny_models_are_marked_synthetic_with_seed(tiny_models):
+    for m in tiny_models.values():
+        r = gguf.GGUFReader(m["gguf"])
+        assert r.fields["moe_offload_bench.synthetic"].contents() is True
+        assert r.fields["moe_offload_bench.seed"].contents() == 7
+        assert m["data"]["synthetic"] is True and m["data"]["seed"] == 7
+
+
+def test_layout_byte_accounting(tiny_models):
+    lay = tiny_models["olmoe-tiny-Q4_K_M"]["data"]
+    shape = SHAPES["olmoe-tiny"]
+    assert len(lay["expert_tensors"]) == 3 * shape.n_layer
+    for x in lay["expert_tensors"]:
+        t = next(t for t in lay["tensors"] if t["name"] == x["name"])
+        assert x["bytes_per_expert"] * shape.n_expert == t["bytes"]
+        assert x["formula"] == f"{t['offset']} + expert_id * {x['bytes_per_expert']}"
+    # Q4_K_M keeps some layers' down projections at Q6_K: slabs differ per layer, so sum them all
+    all_slabs = sum(x["bytes_per_expert"] for x in lay["expert_tensors"])
+    assert lay["bytes_per_token"] == shape.n_expert_used * all_slabs
+    total = sum(t["bytes"] for t in lay["tensors"])
+    assert lay["non_expert_bytes"] + lay["expert_bytes"] == total < lay["file_size"]
+
+
+def test_q4_carries_more_bytes_per_token_than_q2(tiny_models):
+    q4 = tiny_models["olmoe-tiny-Q4_K_M"]["data"]["bytes_per_token"]
+    q2 = tiny_models["olmoe-tiny-Q2_K"]["data"]["bytes_per_token"]
+    assert 1.4 < q4 / q2 < 2.0
+
+
+@pytest.mark.parametrize("name", ["olmoe-tiny-Q4_K_M", "qwen2-tiny-Q8_0"])
+def test_tokenizer_is_the_originals(tiny_models, name):
+    r = gguf.GGUFReader(tiny_models[name]["gguf"])
+    toks = r.fields["tokenizer.ggml.tokens"].contents()
+    assert len(toks) == (50304 if "olmoe" in name else 151936)
