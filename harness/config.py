@@ -8,6 +8,8 @@ An experiment entry may list values for a key (`model: [olmoe-q4, olmoe-q2]`,
 from __future__ import annotations
 
 import itertools
+import math
+from pathlib import Path
 import re
 from dataclasses import dataclass
 
@@ -155,11 +157,35 @@ def check(config: dict) -> list[RunSpec]:
             if m["shape"] not in SHAPES:
                 raise ConfigError(f"config: models.{name}.shape: {m['shape']!r} is not one of "
                                   f"{', '.join(SHAPES)}")
+    _check_ram_budgets(config)
     ceil = config.get("ceilings", {})
     for k in ("dense_model", "moe_model"):
         if ceil.get(k) and ceil[k] not in config.get("models", {}):
             raise ConfigError(f"config: ceilings.{k}: {ceil[k]!r} is not one of the models")
     return expand(config)
+
+
+# the smallest bytes per weight any quant the schema allows gives a synthetic model's non-expert
+# tensors (Q2_K: 2.625 bits); a budget below even that can never hold the always-needed set
+MIN_BYTES_PER_WEIGHT = 2.625 / 8
+
+
+def _check_ram_budgets(config: dict) -> None:
+    from harness.models import SHAPES, tensor_plan
+
+    name = config["profile"]
+    rb = config["profiles"][name].get("ram_budget")
+    if rb is None:
+        return
+    budget = parse_size(rb, f"profiles.{name}.ram_budget")
+    for mname, m in config.get("models", {}).items():
+        if m.get("source") != "synthetic" or m.get("shape") not in SHAPES:
+            continue
+        weights = sum(int(math.prod(s)) for n, s, _ in tensor_plan(SHAPES[m["shape"]]) if "_exps" not in n)
+        need = int(weights * MIN_BYTES_PER_WEIGHT)
+        if budget < need:
+            raise ConfigError(f"config: profiles.{name}.ram_budget: {budget} bytes is smaller than model "
+                              f"{mname}'s non-expert tensors (at least {need} bytes)")
 
 
 def ram_budget_check(config: dict, layouts: dict[str, dict]) -> None:
@@ -187,3 +213,19 @@ def profile_limits(config: dict, device_path: str, *, ram: bool = True):
                   else None,
                   read_bps=parse_size(bps, f"profiles.{name}.read_bps") if bps is not None else None,
                   device_path=device_path, allow_unenforced=bool(prof.get("allow_unenforced", False)))
+
+
+SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def validate_config(config: dict) -> list[RunSpec]:
+    """What the Snakefile does at start, as a function: the JSON schema (with its defaults), then
+    the cross-key checks. Raises ConfigError naming the key."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    try:
+        validate(config, str(SCHEMA))
+    except WorkflowError as exc:
+        raise ConfigError(f"config: {exc}") from None
+    return check(config)

@@ -34,7 +34,7 @@ def read_layout(path: os.PathLike) -> dict:
     try:
         reader = gguf.GGUFReader(path)
     except Exception as exc:  # gguf raises ValueError/struct errors/etc. for non-GGUF input
-        raise LayoutError(f"{path}: not a readable GGUF file ({exc})") from exc
+        raise LayoutError(f"{path}: corrupted or truncated GGUF file ({exc})") from exc
     arch = _field(reader, "general.architecture")
     n_expert = int(_field(reader, f"{arch}.expert_count", 0) or 0)
     n_used = int(_field(reader, f"{arch}.expert_used_count", 0) or 0)

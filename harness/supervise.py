@@ -67,7 +67,11 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model_path = model_info["path"]
-    check_header(model_path, json.loads(Path(layout_path).read_text())["file_size"])
+    layout = json.loads(Path(layout_path).read_text())
+    check_header(model_path, layout["file_size"])
+    if limits.ram_bytes is not None and limits.ram_bytes <= layout["non_expert_bytes"]:
+        raise RunFailed(f"config: the RAM budget ({limits.ram_bytes} bytes) is smaller than "
+                        f"{model_path}'s non-expert tensors ({layout['non_expert_bytes']} bytes)")
     work = Path(tempfile.mkdtemp(prefix=".work-", dir=out))
     scratch = None
     cg = RunCgroup(limits)

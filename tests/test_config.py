@@ -1,0 +1,118 @@
+"""Bad configurations get a clear message naming the key, before anything runs."""
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.config import ConfigError, expand, parse_size, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+MAIN = yaml.safe_load((ROOT / "config/experiments.yaml").read_text())
+
+
+def cfg():
+    return copy.deepcopy(MAIN)
+
+
+def test_shipped_configs_are_valid_and_expand_readably():
+    runs = validate_config(cfg())
+    ids = [r.run_id for r in runs]
+    assert "lru--lru-budget-mb-1200" in ids and "baseline--model-olmoe-q2" in ids
+    assert "pread-madvise-mlock--log-experts-off" in ids
+    assert len(ids) == len(set(ids)) == 15
+    assert validate_config(yaml.safe_load((ROOT / ".test/config/experiments.yaml").read_text()))
+
+
+def test_list_values_expand_to_every_combination():
+    c = cfg()
+    c["experiments"] = {"grid": {"model": ["olmoe-q4", "olmoe-q2"], "mechanism": ["none", "madvise"],
+                                 "tokens": [8, 16]}}
+    runs = expand(c)
+    assert len(runs) == 8
+    assert runs[0].run_id == "grid--model-olmoe-q4--mechanism-none--tokens-8"
+    assert {(r.model, r.mechanism, r.tokens) for r in runs} == {
+        (m, k, t) for m in ("olmoe-q4", "olmoe-q2") for k in ("none", "madvise") for t in (8, 16)}
+
+
+def _set(path, value):
+    def f(c):
+        d = c
+        for k in path[:-1]:
+            d = d[k]
+        d[path[-1]] = value
+    return f
+
+
+def _delete(path):
+    def f(c):
+        d = c
+        for k in path[:-1]:
+            d = d[k]
+        del d[path[-1]]
+    return f
+
+
+def _dup(c):  # an entry whose expansion collides with another's run id
+    c["experiments"]["baseline--model-olmoe-q4"] = {"model": "olmoe-q4", "mechanism": "none"}
+
+
+BAD = {
+    "typo in a top-level key": (_set(["experimentz"], {}), "experimentz"),
+    "typo in an experiment key": (_set(["experiments", "baseline", "mechansim"], "none"), "mechansim"),
+    "unknown mechanism": (_set(["experiments", "madvise", "mechanism"], "lru"),
+                          "'lru' is not one of none"),
+    "unknown quant": (_set(["models", "olmoe-q4", "quant"], "Q3_XXL"), "Q3_XXL"),
+    "negative size": (_set(["profiles", "seed-box", "ram_budget"], -5), "negative"),
+    "unparseable size": (_set(["profiles", "seed-box", "read_bps"], "fast"), "'fast' is not a size"),
+    "RAM budget below the non-expert tensors": (_set(["profiles", "seed-box", "ram_budget"], "100MiB"),
+                                                "non-expert tensors (at least"),
+    "model with no source": (_delete(["models", "olmoe-q2", "source"]), "source"),
+    "experiment naming a missing model": (_set(["experiments", "madvise", "model"], "olmoe-q5"),
+                                          "'olmoe-q5' is not one of the models"),
+    "huggingface model without sha256": (_set(["models", "real"], {
+        "source": "huggingface", "repo": "a/b", "file": "x.gguf", "revision": "main"}), "sha256"),
+    "duplicate run ids": (_dup, "duplicate run id 'baseline--model-olmoe-q4'"),
+    "unknown profile": (_set(["profile"], "laptop"), "'laptop' is not one of the profiles"),
+    "zero tokens": (_set(["experiments", "madvise", "tokens"], 0), "tokens"),
+    "unknown synthetic shape": (_set(["models", "olmoe-q4", "shape"], "olmoe-2b"), "olmoe-2b"),
+    "empty list": (_set(["experiments", "lru", "lru_budget_mb"], []), "empty list"),
+    "negative LRU budget": (_set(["experiments", "lru", "lru_budget_mb"], [-1]), "lru_budget_mb"),
+    "listing a key that cannot be listed": (_set(["experiments", "madvise", "prompt"], ["a", "b"]),
+                                            "prompt"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_config_is_refused_with_a_message_naming_the_key(case):
+    mutate, needle = BAD[case]
+    c = cfg()
+    mutate(c)
+    with pytest.raises(ConfigError) as e:
+        validate_config(c)
+    assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("size,expected", [(1536, 1536), ("150MB", 150_000_000), ("1.5GiB", 1610612736),
+                                           ("512 MiB", 536870912)])
+def test_parse_size(size, expected):
+    assert parse_size(size, "x") == expected
+
+
+@pytest.mark.parametrize("case", ["typo in an experiment key", "unknown mechanism",
+                                  "RAM budget below the non-expert tensors"])
+def test_snakemake_refuses_bad_config_before_any_job(case, tmp_path):
+    mutate, needle = BAD[case]
+    c = cfg()
+    mutate(c)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config/experiments.yaml").write_text(yaml.safe_dump(c))
+    res = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--cores",
+                          "1", "--directory", str(tmp_path), "results/final"],
+                         capture_output=True, text=True)
+    assert res.returncode != 0
+    assert needle in res.stdout + res.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
