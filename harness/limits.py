@@ -42,6 +42,26 @@ def block_device_of(path: os.PathLike) -> str:
     return f"{major}:{minor}"
 
 
+def reap_stale() -> list[Path]:
+    """Remove run cgroups left by a supervisor that was killed before its cleanup (their name
+    carries the creator's pid). Empty cgroups only: a live measurement is never touched."""
+    removed = []
+    for parent in (CGROOT / "memory" / PARENT, CGROOT / "blkio" / PARENT, CGROOT / PARENT):
+        if not parent.is_dir():
+            continue
+        for d in parent.glob("run-*"):
+            try:
+                pid = int(d.name.split("-")[1])
+            except (IndexError, ValueError):
+                continue
+            if Path(f"/proc/{pid}").exists():
+                continue
+            with contextlib.suppress(OSError):
+                d.rmdir()
+                removed.append(d)
+    return removed
+
+
 @dataclass
 class Limits:
     ram_bytes: int | None = None
@@ -59,6 +79,7 @@ class RunCgroup:
     name: str = ""
 
     def open(self) -> RunCgroup:
+        reap_stale()
         lim = self.limits
         wanted = lim.ram_bytes is not None or lim.read_bps is not None
         self.version = cgroup_version()

@@ -59,6 +59,19 @@ def _finalize_csv(part: Path, dst: Path, header: str) -> int:
     return len(lines) - 1
 
 
+def _reap_leftovers(*dirs: Path) -> None:
+    """Work and scratch directories of a supervisor killed before its cleanup (their names carry
+    its pid): a hard-killed pipeline must not leave a model copy or a partial record behind."""
+    for d in dirs:
+        for p in list(d.glob(".work-*")) + list(d.glob(".scratch-*")):
+            try:
+                pid = int(p.name.split("-")[1])
+            except (IndexError, ValueError):
+                continue
+            if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+                shutil.rmtree(p, ignore_errors=True)
+
+
 def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_info: dict,
         layout_path: str, limits: Limits, time_limit_s: float | None, log=print) -> dict:
     """spec: the run's configuration (run_id, model, mechanism, switches, prompt, tokens, ...)."""
@@ -72,7 +85,8 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
     if limits.ram_bytes is not None and limits.ram_bytes <= layout["non_expert_bytes"]:
         raise RunFailed(f"config: the RAM budget ({limits.ram_bytes} bytes) is smaller than "
                         f"{model_path}'s non-expert tensors ({layout['non_expert_bytes']} bytes)")
-    work = Path(tempfile.mkdtemp(prefix=".work-", dir=out))
+    _reap_leftovers(out, Path(model_path).parent)
+    work = Path(tempfile.mkdtemp(prefix=f".work-{os.getpid()}-", dir=out))
     scratch = None
     cg = RunCgroup(limits)
     record = {"run_id": spec["run_id"], "spec": spec, "status": None}
@@ -80,7 +94,8 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
         run_model = model_path
         if needs_scratch_copy(spec["mechanism"]):
             # never write into the model file: a copy beside the run, deleted in finally
-            scratch = Path(tempfile.mkdtemp(prefix=".scratch-", dir=Path(model_path).parent))
+            scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{os.getpid()}-",
+                                            dir=Path(model_path).parent))
             run_model = str(scratch / Path(model_path).name)
             shutil.copyfile(model_path, run_model)
         res_before, res_after_evict = pagecache.cold_start(run_model)

@@ -9,6 +9,7 @@ rule build_llama:
         patch=os.path.join(workflow.basedir, "harness", "llama.cpp.patch"),
     params:
         build=config["build"],
+    priority: 100
     log:
         "logs/build_llama.log",
     threads: workflow.cores

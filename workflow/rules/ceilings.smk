@@ -14,7 +14,7 @@ rule io_ceiling:
         models=expand("results/models/{model}.json", model=LAYOUT_MODELS),
     params:
         samples=config["ceilings"].get("io_samples_mib", [1024, 512, 1024]),
-        config=config,
+        config=PROFILE_CONFIG,
     log:
         "logs/io_ceiling.log",
     threads: workflow.cores
@@ -31,7 +31,9 @@ rule compute_ceiling:
         moe="results/models/{}.gguf".format(config["ceilings"]["moe_model"]),
     params:
         tokens=config["ceilings"].get("bench_tokens", 32),
-        config=config,
+        config=PROFILE_CONFIG,
+        dense_model=config["ceilings"]["dense_model"],
+        moe_model=config["ceilings"]["moe_model"],
     log:
         "logs/compute_ceiling.log",
     threads: workflow.cores
@@ -47,7 +49,7 @@ rule stock_baseline:
         gguf="results/models/{model}.gguf",
     params:
         tokens=config["ceilings"].get("bench_tokens", 32),
-        config=config,
+        config=PROFILE_CONFIG,
     log:
         "logs/stock_baseline/{model}.log",
     threads: workflow.cores

@@ -21,12 +21,17 @@ BASELINE_MODELS = list(config["ceilings"].get("baseline_models", []))
 LAYOUT_MODELS = sorted(set(RUN_MODELS) | set(BASELINE_MODELS)
                        | {config["ceilings"]["dense_model"], config["ceilings"]["moe_model"]})
 MANIFEST = "results/build/llama.json"
+# Only the profile in force goes into measurement rules' params: editing experiments must not
+# re-trigger ceilings or finished runs through Snakemake's params provenance.
+PROFILE_CONFIG = {
+    "profile": config["profile"],
+    "profiles": {config["profile"]: config["profiles"][config["profile"]]},
+}
 
 
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)) or "NONE",
     run_id="|".join(map(re.escape, RUNS)) or "NONE",
-    rep=r"\d+",
 
 
 def synthetic_f16_input(wildcards):
@@ -35,16 +40,6 @@ def synthetic_f16_input(wildcards):
     if m["source"] != "synthetic":
         return []
     return f"results/models/f16/{m['shape']}-seed{m.get('seed', 1)}.gguf"
-
-
-def previous_round(wildcards):
-    """Repeats are interleaved (A B C A B C): repeat k of any run waits for repeat k-1 of all.
-    ancient(): an order, not a data dependency, so adding an entry re-runs nothing."""
-    k = int(wildcards.rep)
-    if k == 1:
-        return []
-    return [ancient(f"results/runs/{rid}/rep{k - 1}/run.json")
-            for rid, n in REPEATS.items() if n >= k - 1]
 
 
 def all_run_records(wildcards):
@@ -56,7 +51,7 @@ def model_spec(wildcards):
 
 
 def run_spec(wildcards):
-    return dict(RUNS[wildcards.run_id].as_dict(), repeat=int(wildcards.rep))
+    return RUNS[wildcards.run_id].as_dict()
 
 
 def run_model_file(wildcards):

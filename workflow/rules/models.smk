@@ -6,6 +6,7 @@ rule synthetic_f16:
         temp("results/models/f16/{shape}-seed{seed}.gguf"),
     input:
         manifest=MANIFEST,
+    priority: 100
     log:
         "logs/synthetic_f16/{shape}-seed{seed}.log",
     threads: workflow.cores
@@ -22,6 +23,7 @@ rule model:
         f16=synthetic_f16_input,
     params:
         spec=model_spec,
+    priority: 100
     log:
         "logs/model/{model}.log",
     threads: workflow.cores
@@ -34,6 +36,7 @@ rule layout:
         "results/models/{model}.layout.json",
     input:
         gguf="results/models/{model}.gguf",
+    priority: 100
     log:
         "logs/layout/{model}.log",
     script:

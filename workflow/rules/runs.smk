@@ -1,23 +1,32 @@
 # Stage 4: every harness configuration, each repeat a fresh process after a cold start, inside a
-# fresh cgroup with the profile's limits. Repeats are interleaved across configurations.
+# fresh cgroup with the profile's limits.
+#
+# Repeats are interleaved across configurations (A B C A B C) through scheduling priority, not
+# through data dependencies: one rule per repeat round, earlier rounds first. (An order-only input
+# would make adding an entry re-run every later round.) Models and layouts have a higher priority
+# still, so every run's inputs exist before the first measurement starts.
 
+for _round in range(1, MAX_REPEATS + 1):
 
-rule harness_run:
-    output:
-        record="results/runs/{run_id}/rep{rep}/run.json",
-        tokens="results/runs/{run_id}/rep{rep}/tokens.csv",
-        experts="results/runs/{run_id}/rep{rep}/experts.csv",
-    input:
-        manifest=MANIFEST,
-        model=run_model_file,
-        info=run_model_info,
-        layout=run_model_layout,
-        order=previous_round,
-    params:
-        spec=run_spec,
-        config=config,
-    log:
-        "logs/harness_run/{run_id}/rep{rep}.log",
-    threads: workflow.cores
-    script:
-        "../scripts/harness_run.py"
+    rule:
+        name:
+            f"harness_run_rep{_round}"
+        output:
+            record=f"results/runs/{{run_id}}/rep{_round}/run.json",
+            tokens=f"results/runs/{{run_id}}/rep{_round}/tokens.csv",
+            experts=f"results/runs/{{run_id}}/rep{_round}/experts.csv",
+        input:
+            manifest=MANIFEST,
+            model=run_model_file,
+            info=run_model_info,
+            layout=run_model_layout,
+        params:
+            spec=run_spec,
+            repeat=_round,
+            config=PROFILE_CONFIG,
+        log:
+            f"logs/harness_run/{{run_id}}/rep{_round}.log",
+        priority: MAX_REPEATS - _round + 1
+        threads: workflow.cores
+        script:
+            "../scripts/harness_run.py"

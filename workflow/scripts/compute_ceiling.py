@@ -25,7 +25,7 @@ dense_warm = bench(snakemake.input.dense, limits)
 pagecache.warm(snakemake.input.moe)
 moe_warm = bench(snakemake.input.moe, profile_limits(cfg, snakemake.input.moe, ram=False))
 atomic_write_json(snakemake.output[0], {
-    "dense_model": cfg["ceilings"]["dense_model"], "moe_model": cfg["ceilings"]["moe_model"],
+    "dense_model": snakemake.params.dense_model, "moe_model": snakemake.params.moe_model,
     "dense_cold": dense_cold, "dense_warm": dense_warm, "moe_warm": moe_warm,
     "build": {k: manifest[k] for k in ("commit", "patch_sha256", "key")},
 })

@@ -10,7 +10,8 @@ from harness.config import profile_limits  # noqa: E402
 
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
 info = json.loads(Path(snakemake.input.info).read_text())
-spec = dict(snakemake.params.spec, profile=snakemake.params.config["profile"])
+spec = dict(snakemake.params.spec, repeat=snakemake.params.repeat,
+            profile=snakemake.params.config["profile"])
 supervise.run(spec, Path(snakemake.output.record).parent, lib_dir=manifest["lib_dir"], build=manifest,
               model_info=info, layout_path=snakemake.input.layout,
               limits=profile_limits(snakemake.params.config, snakemake.input.model),

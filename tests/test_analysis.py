@@ -1,0 +1,70 @@
+"""Analyses and verdict rules on small hand-made tables whose answers are known."""
+
+import pandas as pd
+import pytest
+
+from harness import analysis as A
+
+
+def trace(rows):
+    return pd.DataFrame(rows, columns=["token", "layer", "rank", "expert"])
+
+
+def test_skew_counts_experts_for_80_percent_and_distinct():
+    # layer 0: expert 0 five times, 1..5 once each (10 activations): 80% needs 0,1,2,3 -> 4 experts
+    rows = [(t, 0, 0, 0) for t in range(5)] + [(5 + i, 0, 0, 1 + i) for i in range(5)]
+    sk = A.skew(trace(rows))
+    assert sk.loc[0, "experts_for_80pct"] == 4
+    assert sk.loc[0, "distinct_experts"] == 6
+    assert sk.loc[0, "activations"] == 10
+
+
+def test_locality_shared_fraction():
+    # 2 experts per token; t0={0,1}, t1={1,2}, t2={2,3}: d=1 shares 1/2 each, d=2 shares nothing
+    rows = [(0, 0, 0, 0), (0, 0, 1, 1), (1, 0, 0, 1), (1, 0, 1, 2), (2, 0, 0, 2), (2, 0, 1, 3)]
+    loc = A.locality(trace(rows), max_distance=2).set_index("distance")
+    assert loc.loc[1, "shared_fraction"] == pytest.approx(0.5)
+    assert loc.loc[2, "shared_fraction"] == pytest.approx(0.0)
+
+
+def test_cache_simulation_belady_beats_lru_on_a_cyclic_trace():
+    # one expert per token cycling 0,1,2: LRU with 2 slots always misses; Belady (evict the one
+    # used farthest ahead) misses t0,t1,t2 then every other request: hits t3,t5,t7,t9,t11
+    rows = [(t, 0, 0, t % 3) for t in range(12)]
+    cs = A.cache_simulation(trace(rows), sizes=(2, 3)).set_index(["cache_experts_per_layer", "policy"])
+    assert cs.loc[(2, "lru"), "hit_rate"] == 0.0
+    assert cs.loc[(2, "belady"), "hit_rate"] == pytest.approx(5 / 12)
+    assert cs.loc[(3, "lru"), "hit_rate"] == pytest.approx(9 / 12)  # only the 3 cold misses
+    assert cs.loc[(3, "belady"), "hit_rate"] == pytest.approx(9 / 12)
+    assert cs.loc[(2, "lfu"), "hit_rate"] <= cs.loc[(2, "belady"), "hit_rate"]
+
+
+def test_verdict_above_both_ways():
+    assert A.verdict_above(1.8, 2.0, 1.67) == A.HOLDS
+    assert A.verdict_above(1.2, 1.6, 1.67) == A.FAILS
+    assert A.verdict_above(1.5, 1.9, 1.67) == A.INCONCLUSIVE
+    assert A.verdict_above(1.8, 2.0, 1.67, wide=True) == A.INCONCLUSIVE
+
+
+def test_verdict_faster_both_ways():
+    assert A.verdict_faster(pd.Series([3.0, 3.2]), pd.Series([2.0, 2.5])) == A.HOLDS
+    assert A.verdict_faster(pd.Series([1.0, 1.2]), pd.Series([2.0, 2.5])) == A.FAILS
+    assert A.verdict_faster(pd.Series([2.0, 3.0]), pd.Series([2.5, 2.6])) == A.INCONCLUSIVE
+    assert A.verdict_faster(pd.Series([], dtype=float), pd.Series([1.0])) == A.INCONCLUSIVE
+
+
+def test_summarize_median_spread_and_flag():
+    runs = pd.DataFrame({"run_id": ["a"] * 3 + ["b"] * 3, "status": ["ok"] * 5 + ["killed: memory"],
+                         "tok_per_s": [1.0, 1.1, 1.2, 1.0, 2.0, None]})
+    for col in ("model", "quant", "synthetic", "mechanism", "mlock_non_expert", "log_experts",
+                "lru_budget_mb", "prefetch_threads"):
+        runs[col] = "x"
+    s = A.summarize(runs).set_index("run_id")
+    assert s.loc["a", "median"] == pytest.approx(1.1) and not s.loc["a", "wide_spread"]
+    assert s.loc["b", "n"] == 2 and s.loc["b", "wide_spread"]  # (2-1)/1.5 > 25%
+    assert s.loc["b", "statuses"] == "killed: memory,ok"
+
+
+def test_io_bound_estimate():
+    # 150 MB per token at 150 MB/s, plus 0.5 s compute: 1.5 s per token
+    assert A.io_bound_estimate(150e6, 150.0, 0.5) == pytest.approx(1 / 1.5)

@@ -1,0 +1,148 @@
+"""The real workflow on the small test configuration: every rule, RESULTS.md whose numbers can be
+followed to CSV rows, the report, and an interrupted run that finishes when run again."""
+
+import csv
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def snakemake(workdir, *args, timeout=1500, check=True):
+    res = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+                          "--directory", str(workdir), "--cores", "2", *args],
+                         capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    return res
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("wf")
+    shutil.copytree(ROOT / ".test" / "config", wd / "config")
+    snakemake(wd, "results/final")
+    return wd
+
+
+def test_dry_run_plans_every_stage(tmp_path):
+    shutil.copytree(ROOT / ".test" / "config", tmp_path / "config")
+    out = snakemake(tmp_path, "-n", "results/final").stdout
+    for rule in ("build_llama", "synthetic_f16", "model", "layout", "io_ceiling", "compute_ceiling", "harness_run_rep2",
+                 "stock_baseline", "harness_run_rep1", "runs_table", "findings", "final"):
+        assert re.search(rf"^{rule}\s+\d+", out, re.M), rule
+
+
+def test_final_has_results_plots_and_one_record_per_run(pipeline):
+    final = pipeline / "results" / "final"
+    assert (final / "RESULTS.md").exists()
+    for plot in ("tok_per_s", "majflt_per_token", "time_breakdown", "routing_heatmap", "locality",
+                 "cache_simulation"):
+        assert (final / "plots" / f"{plot}.png").stat().st_size > 1000, plot
+    runs = pd.read_csv(final / "runs.csv")
+    cfg = yaml.safe_load((pipeline / "config/experiments.yaml").read_text())
+    from harness.config import expand
+
+    expected = {(r.run_id, k) for r in expand(cfg) for k in range(1, r.repeats + 1)}
+    assert set(zip(runs.run_id, runs.repeat, strict=True)) == expected
+    assert len(runs) == len(expected)
+    assert (runs.status == "ok").all()
+    assert runs.synthetic.all()
+    # repeats interleaved: every repeat-1 run ended before any repeat-2 run started
+    r1 = runs[runs.repeat == 1].end_utc.max()
+    assert r1 <= runs[runs.repeat == 2].start_utc.min()
+    # no two measurements overlap in time
+    spans = sorted(zip(runs.start_utc, runs.end_utc, strict=True))
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    assert (runs.residency_before < 0.01).all()
+
+
+def test_results_md_numbers_trace_to_named_csvs(pipeline):
+    final = pipeline / "results" / "final"
+    text = (final / "RESULTS.md").read_text()
+    assert "synthetic" in text
+    # every table is followed by the CSV it was printed from; check every number in it
+    blocks = re.findall(r"((?:^\|.*\|\n)+)\n\*Source: \[(tables/[^\]]+\.csv)\]", text, re.M)
+    assert len(blocks) >= 10
+    checked = 0
+    for table, src in blocks:
+        cells = {c.strip() for line in table.splitlines()[2:] for c in line.strip("|").split("|")}
+        with open(final / src) as f:
+            csv_cells = {c for row in csv.reader(f) for c in row}
+        for cell in cells:
+            if re.fullmatch(r"-?\d+(\.\d+)?(e[-+]?\d+)?", cell):
+                assert cell in csv_cells, (src, cell)
+                checked += 1
+    assert checked > 50
+    assert "rule `" in text
+
+
+def test_report_builds(pipeline):
+    snakemake(pipeline, "--report", "report.html", "results/final")
+    html = (pipeline / "report.html").read_text(errors="replace")
+    assert "RESULTS" in html or "runs.csv" in html
+    assert (pipeline / "report.html").stat().st_size > 100_000
+
+
+def test_adding_an_entry_plans_only_its_runs(pipeline):
+    cfg_path = pipeline / "config/experiments.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg["experiments"]["extra"] = {"model": "olmoe-q2", "mechanism": "madvise", "repeats": 1}
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    out = snakemake(pipeline, "-n", "results/final").stdout
+    assert re.search(r"^harness_run_rep1\s+1$", out, re.M), out[-2000:]
+    assert "results/runs/extra--" not in out or "extra" in out
+    for rule in ("build_llama", "model ", "io_ceiling", "compute_ceiling", "stock_baseline"):
+        assert not re.search(rf"^{rule}\s+\d+", out, re.M), rule
+
+
+def _start_and_interrupt(workdir, target, sig):
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+                             "--directory", str(workdir), "--cores", "2", target],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    run_dir = workdir / "results/runs/long/rep1"
+    deadline = time.time() + 600
+    while time.time() < deadline and not list(run_dir.glob(".work-*/tokens.csv.part")):
+        time.sleep(0.2)
+    time.sleep(1.0)  # mid-generation
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole process group
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)  # the harshest interruption: no cleanup at all
+    proc.wait(timeout=120)
+    assert not (run_dir / "run.json").exists()
+    return run_dir
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_interrupted_run_finishes_when_run_again(tmp_path, sig):
+    shutil.copytree(ROOT / ".test" / "config", tmp_path / "config")
+    cfg = yaml.safe_load((tmp_path / "config/experiments.yaml").read_text())
+    cfg["experiments"] = {"long": {"model": "olmoe-q4", "mechanism": "pread+madvise", "tokens": 1500,
+                                   "repeats": 1}}
+    (tmp_path / "config/experiments.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    target = "results/runs/long/rep1/run.json"
+    run_dir = _start_and_interrupt(tmp_path, target, sig)
+    if sig == signal.SIGKILL:  # a hard kill leaves snakemake's lock, as README says
+        snakemake(tmp_path, "--unlock")
+    snakemake(tmp_path, target)  # the same command again
+    assert (run_dir / "run.json").exists()
+    tok = pd.read_csv(run_dir / "tokens.csv")
+    assert len(tok) == 1501 and tok["index"].is_unique
+    assert not list(run_dir.glob(".work-*")) and not list(run_dir.glob("*.part"))
+    from harness.limits import CGROOT, PARENT
+
+    stale = [d for d in (CGROOT / "memory" / PARENT).glob("run-*")
+             if not Path(f"/proc/{d.name.split('-')[1]}").exists()]
+    assert not stale  # the killed run's cgroup was reaped
