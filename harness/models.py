@@ -59,11 +59,13 @@ SHAPES = {
                          n_head=16, n_head_kv=16, n_vocab=50304,
                          vocab_file="models/ggml-vocab-gpt-neox.gguf", context_length=4096,
                          rms_eps=1e-5, rope_freq_base=10000.0, n_expert=64, n_expert_used=8),
-    # Qwen/Qwen2.5-0.5B-Instruct
+    # Qwen/Qwen2.5-0.5B-Instruct. The model ties its embeddings, but the study's Q8_0 file
+    # (638.74 MiB, "630M params" in llama-bench) also stores output.weight: 494M + 136M weights.
+    # We write it the same way, so the file and the compute per token are the study's.
     "qwen2.5-0.5b": Shape("qwen2", "Qwen2.5-0.5B-Instruct (synthetic)", n_layer=24, n_embd=896,
                           n_ff=4864, n_head=14, n_head_kv=2, n_vocab=151936,
                           vocab_file="models/ggml-vocab-qwen2.gguf", context_length=32768,
-                          rms_eps=1e-6, rope_freq_base=1000000.0, tied_embeddings=True),
+                          rms_eps=1e-6, rope_freq_base=1000000.0, tied_embeddings=False),
     # tiny variants for tests and .test/config: same architectures and tokenizers, small dims
     # (multiples of 256 so that the k-quants apply to every matrix, as in the full model)
     "olmoe-tiny": Shape("olmoe", "OLMoE-tiny (synthetic)", n_layer=4, n_embd=256, n_ff=256,

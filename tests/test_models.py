@@ -14,9 +14,12 @@ def test_full_size_olmoe_plan_has_the_originals_shapes():
     assert 6.8e9 < n_params < 7.0e9  # OLMoE-1B-7B: 6.92B parameters
 
 
-def test_full_size_qwen_plan_is_dense_and_tied():
+def test_full_size_qwen_plan_is_dense_with_the_studys_630m_weights():
     plan = {n: s for n, s, _ in tensor_plan(SHAPES["qwen2.5-0.5b"])}
-    assert "output.weight" not in plan and plan["blk.23.ffn_up.weight"] == (4864, 896)
+    assert plan["output.weight"] == (151936, 896) and plan["blk.23.ffn_up.weight"] == (4864, 896)
+    n = sum(int(__import__("numpy").prod(s)) for s in plan.values())
+    assert 625e6 < n < 635e6
+    assert "_exps" not in " ".join(plan)
     assert plan["blk.0.attn_k.weight"] == (128, 896)  # 2 KV heads of 64
 
 

@@ -13,6 +13,8 @@ rule runs_table:
         records=all_run_records,
     log:
         "logs/runs_table.log",
+    conda:
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/runs_table.py"
 
@@ -40,6 +42,8 @@ rule findings:
         config=config,
     log:
         "logs/findings.log",
+    conda:
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/findings.py"
 
@@ -54,5 +58,7 @@ rule final:
         runs=rules.runs_table.output[0],
     log:
         "logs/final.log",
+    conda:
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/final.py"

@@ -12,6 +12,8 @@ rule build_llama:
     priority: 100
     log:
         "logs/build_llama.log",
+    conda:
+        "../../envs/pipeline.yaml"
     threads: workflow.cores
     script:
         "../scripts/build_llama.py"

@@ -17,6 +17,8 @@ rule io_ceiling:
         config=PROFILE_CONFIG,
     log:
         "logs/io_ceiling.log",
+    conda:
+        "../../envs/pipeline.yaml"
     threads: workflow.cores
     script:
         "../scripts/io_ceiling.py"
@@ -36,6 +38,8 @@ rule compute_ceiling:
         moe_model=config["ceilings"]["moe_model"],
     log:
         "logs/compute_ceiling.log",
+    conda:
+        "../../envs/pipeline.yaml"
     threads: workflow.cores
     script:
         "../scripts/compute_ceiling.py"
@@ -52,6 +56,8 @@ rule stock_baseline:
         config=PROFILE_CONFIG,
     log:
         "logs/stock_baseline/{model}.log",
+    conda:
+        "../../envs/pipeline.yaml"
     threads: workflow.cores
     script:
         "../scripts/stock_baseline.py"

@@ -9,6 +9,8 @@ rule synthetic_f16:
     priority: 100
     log:
         "logs/synthetic_f16/{shape}-seed{seed}.log",
+    conda:
+        "../../envs/pipeline.yaml"
     threads: workflow.cores
     script:
         "../scripts/synthetic_f16.py"
@@ -26,6 +28,8 @@ rule model:
     priority: 100
     log:
         "logs/model/{model}.log",
+    conda:
+        "../../envs/pipeline.yaml"
     threads: workflow.cores
     script:
         "../scripts/model.py"
@@ -39,5 +43,7 @@ rule layout:
     priority: 100
     log:
         "logs/layout/{model}.log",
+    conda:
+        "../../envs/pipeline.yaml"
     script:
         "../scripts/layout.py"

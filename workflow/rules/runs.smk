@@ -26,6 +26,8 @@ for _round in range(1, MAX_REPEATS + 1):
             config=PROFILE_CONFIG,
         log:
             f"logs/harness_run/{{run_id}}/rep{_round}.log",
+        conda:
+            "../../envs/pipeline.yaml"
         priority: MAX_REPEATS - _round + 1
         threads: workflow.cores
         script:
