@@ -24,7 +24,10 @@ def run_row(record_path: Path) -> dict:
     gen = tok[tok.phase == "gen"]
     n = len(gen)
     decode_s = float(gen.wall_s.sum()) if n else float("nan")
-    per = (lambda col: float(gen[col].sum()) / n if n else float("nan"))
+
+    def per(col):
+        return float(gen[col].sum()) / n if n else float("nan")
+
     return {
         "run_id": rec["run_id"], "repeat": spec["repeat"], "entry": spec["entry"],
         "model": spec["model"], "quant": rec["model"].get("quant"),

@@ -59,6 +59,30 @@ def _finalize_csv(part: Path, dst: Path, header: str) -> int:
     return len(lines) - 1
 
 
+def _wait_with_progress(proc, worker_log: Path, time_limit_s, log) -> tuple[int, bool]:
+    """Wait for the worker, relaying its progress lines (tokens done, tok/s so far) to our log,
+    and SIGKILL it past the time limit. Returns (exit code, timed out)."""
+    deadline = time.monotonic() + time_limit_s if time_limit_s else None
+    pos = 0
+    while True:
+        try:
+            rc = proc.wait(timeout=2.0)
+            break
+        except subprocess.TimeoutExpired:
+            rc = None
+        with open(worker_log, errors="replace") as f:
+            f.seek(pos)
+            chunk = f.read()
+            pos = f.tell()
+        for line in chunk.splitlines():
+            if line.startswith("progress:"):
+                log(line)
+        if deadline is not None and time.monotonic() > deadline:
+            proc.send_signal(signal.SIGKILL)
+            return proc.wait(), True
+    return rc, False
+
+
 def _reap_leftovers(*dirs: Path) -> None:
     """Work and scratch directories of a supervisor killed before its cleanup (their names carry
     its pid): a hard-killed pipeline must not leave a model copy or a partial record behind."""
@@ -118,13 +142,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
             proc = subprocess.Popen([sys.executable, "-m", "harness.worker", str(work / "params.json")],
                                     stdout=wlog, stderr=subprocess.STDOUT, env=env,
                                     preexec_fn=cg.enter if cg.dirs else None)
-            try:
-                rc = proc.wait(timeout=time_limit_s)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-                rc = proc.wait()
-                timed_out = True
+            rc, timed_out = _wait_with_progress(proc, work / "worker.log", time_limit_s, log)
         record["wall_s"] = time.monotonic() - t0
         record["end_utc"] = utcnow()
         record["exit_code"] = rc

@@ -146,7 +146,6 @@ def run(params: dict) -> dict:
     model_path = params["model_path"]  # the scratch copy for write-in-place
 
     L.llama_backend_init()
-    L.llama_log_set(L.ggml_log_callback(lambda *a: None), None) if params.get("quiet_llama") else None
     mp = L.llama_model_default_params()
     mp.n_gpu_layers = 0
     mp.load_mode = 1  # LLAMA_LOAD_MODE_MMAP: experts must be read from the file's mapping

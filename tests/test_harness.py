@@ -84,8 +84,9 @@ def test_byte_accounting_is_exact(all_runs, tiny_models):
         # the sum of slab sizes over each decode's unique routed experts per layer
         gen = ex[ex.token >= 8]
         prompt = ex[ex.token < 8]
-        expected = sum(per_layer[l] * g.expert.nunique() for (t, l), g in gen.groupby(["token", "layer"]))
-        expected += sum(per_layer[l] * g.expert.nunique() for l, g in prompt.groupby("layer"))
+        expected = sum(per_layer[layer] * g.expert.nunique()
+                       for (_t, layer), g in gen.groupby(["token", "layer"]))
+        expected += sum(per_layer[layer] * g.expert.nunique() for layer, g in prompt.groupby("layer"))
         assert int(tok.bytes_routed.sum()) == expected
         if name == "none":
             assert rec["summary"]["byte_accounting_ok"] is None
