@@ -26,7 +26,7 @@ from harness.util import atomic_path, atomic_write_text
 # stream hardly changes from token to token, greedy decoding loops, and routing becomes sticky
 # (measured: 89% of experts shared by adjacent tokens, 9 of 64 covering 80%), so nearly every
 # expert read hits the page cache and the I/O pattern is nothing like the original's. These were
-# chosen on a 4-layer 64-expert model (benchmarks: see README) so that the routing statistics
+# chosen on a 4-layer 64-expert model (benchmarks/routing_calibration.py) so that the routing statistics
 # resemble the study's (80% coverage ~26 of 64, ~60 distinct, ~30% shared at d=1); RMS norms keep
 # activations finite. The routing is still a random model's, never OLMoE's.
 MATRIX_SCALE = 1.5
