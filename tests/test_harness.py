@@ -132,3 +132,23 @@ def test_memory_kill_is_a_result(manifest, tiny_models, tmp_path):
     assert rec["status"] == "killed: memory"
     assert rec["limits_in_force"]["ram_bytes"] == 48 << 20
     assert rec["peak_cgroup_bytes"] <= 48 << 20
+
+
+def test_cli_runs_one_configuration_by_hand(manifest, tiny_models, tmp_path):
+    import subprocess
+    import sys
+
+    mpath = tmp_path / "manifest.json"
+    mpath.write_text(json.dumps(manifest))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(open(tiny_models["olmoe-tiny-Q2_K"]["gguf"], "rb").read())
+    res = subprocess.run([sys.executable, "-m", "harness", "-m", str(model), "--mechanism", "populate",
+                          "-n", "6", "-q", "--manifest", str(mpath), "-o", str(tmp_path / "out")],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rec = json.loads(res.stdout)
+    assert rec["status"] == "ok" and rec["tokens_completed"] == 6
+    assert rec["summary"]["byte_accounting_ok"] is True
+    assert (tmp_path / "m.layout.json").exists()
+    # logging off: no activation rows, only the header
+    assert open(tmp_path / "out" / "experts.csv").read().count("\n") == 1

@@ -1,0 +1,81 @@
+"""`python -m harness`: one measured run by hand, like llama-bench.
+
+    python -m harness -m results/models/olmoe-q4.gguf --mechanism pread+madvise -n 32 \
+        --ram-budget 1.7GiB --read-bps 150MB -o /tmp/run1
+
+Uses the pipeline's build (results/build/llama.json, or --manifest), reads or writes the model's
+layout file beside it, runs the configuration in a fresh cgroup after a cold start, and prints the
+run record as JSON on stdout (diagnostics on stderr). The exit code is 0 for status ok, 3 for a
+run killed by its limits, 1 for a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness import supervise
+from harness.config import parse_size
+from harness.layout import read_layout
+from harness.limits import Limits
+from harness.mechanisms import REGISTRY
+from harness.util import atomic_write_json, sha256_file
+from harness.validate import check_gguf
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness", description=__doc__.split("\n\n")[0])
+    ap.add_argument("-m", "--model", required=True, help="GGUF file")
+    ap.add_argument("--mechanism", default="pread+madvise", choices=sorted(REGISTRY))
+    ap.add_argument("-n", "--tokens", type=int, default=32)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-p", "--prompt", default="The history of the Roman Empire begins with")
+    ap.add_argument("--mlock-non-expert", action="store_true")
+    ap.add_argument("-q", "--no-expert-log", action="store_true", help="no per-expert CSV (the original -q)")
+    ap.add_argument("--lru-budget-mb", type=int, default=0)
+    ap.add_argument("--prefetch-threads", type=int, default=1)
+    ap.add_argument("--ram-budget", help="e.g. 1.7GiB (a cgroup memory limit)")
+    ap.add_argument("--read-bps", help="e.g. 150MB (a blkio/io read throttle)")
+    ap.add_argument("--time-limit", type=float, default=1800)
+    ap.add_argument("--manifest", default="results/build/llama.json")
+    ap.add_argument("-o", "--out", required=True, help="output directory of the run's records")
+    a = ap.parse_args(argv)
+
+    model = Path(a.model).resolve()
+    layout_path = model.with_name(model.stem + ".layout.json")
+    if not layout_path.exists():
+        print(f"writing {layout_path}", file=sys.stderr)
+        atomic_write_json(layout_path, check_gguf(model))
+    layout = json.loads(layout_path.read_text())
+    if layout["file_size"] != model.stat().st_size:
+        atomic_write_json(layout_path, read_layout(model))
+        layout = json.loads(layout_path.read_text())
+    manifest = json.loads(Path(a.manifest).read_text())
+    info = {"name": model.stem, "path": str(model), "sha256": sha256_file(model),
+            "synthetic": layout["synthetic"], "seed": layout["seed"], "source": "path"}
+    spec = dict(run_id=f"{model.stem}-{a.mechanism}", entry="cli", model=model.stem,
+                mechanism=a.mechanism, mlock_non_expert=a.mlock_non_expert,
+                log_experts=not a.no_expert_log, threads=a.threads, prompt=a.prompt, tokens=a.tokens,
+                repeats=1, repeat=1, lru_budget_mb=a.lru_budget_mb, prefetch_threads=a.prefetch_threads,
+                time_limit_s=a.time_limit,
+                mechanism_options={"lru_budget_mb": a.lru_budget_mb} if a.mechanism == "lru-odirect"
+                else {"prefetch_threads": a.prefetch_threads} if a.mechanism == "threadpool" else {})
+    limits = Limits(ram_bytes=parse_size(a.ram_budget, "--ram-budget") if a.ram_budget else None,
+                    read_bps=parse_size(a.read_bps, "--read-bps") if a.read_bps else None,
+                    device_path=str(model))
+    try:
+        rec = supervise.run(spec, a.out, lib_dir=manifest["lib_dir"], build=manifest, model_info=info,
+                            layout_path=str(layout_path), limits=limits, time_limit_s=a.time_limit,
+                            log=lambda s: print(s, file=sys.stderr))
+    except supervise.RunFailed as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    json.dump(rec, sys.stdout, indent=2, default=str)
+    print()
+    return 0 if rec["status"] == supervise.STATUS_OK else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
