@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
-WIDE_SPREAD = 0.25  # (max-min)/median above this: too noisy to support a verdict
+WIDE_SPREAD = 0.25
+MIN_REPEATS = 2  # fewer ok repeats than this on either side: no verdict  # (max-min)/median above this: too noisy to support a verdict
 
 
 # --- the runs table ---------------------------------------------------------------------------
@@ -63,12 +64,14 @@ def summarize(runs: pd.DataFrame, value: str = "tok_per_s") -> pd.DataFrame:
     out = pd.DataFrame({"median": g.median(), "min": g.min(), "max": g.max(), "n": g.count()})
     out["spread"] = (out["max"] - out["min"]) / out["median"].where(out["median"] != 0)
     out["wide_spread"] = out["spread"] > WIDE_SPREAD
+    # every run id, also those with no ok repeat (all killed): their statuses are the result
+    statuses = runs.groupby("run_id")["status"].agg(lambda s: ",".join(sorted(set(s))))
+    out = out.reindex(statuses.index)
+    out["n"] = out["n"].fillna(0).astype(int)
     first = runs.drop_duplicates("run_id").set_index("run_id")
     for col in ("model", "quant", "synthetic", "mechanism", "mlock_non_expert", "log_experts",
                 "lru_budget_mb", "prefetch_threads"):
         out[col] = first[col]
-    statuses = runs.groupby("run_id")["status"].agg(lambda s: ",".join(sorted(set(s))))
-    out = out.reindex(statuses.index)
     out["statuses"] = statuses
     return out.reset_index()
 
@@ -76,9 +79,9 @@ def summarize(runs: pd.DataFrame, value: str = "tok_per_s") -> pd.DataFrame:
 # --- verdicts ---------------------------------------------------------------------------------
 
 
-def verdict_above(low: float, high: float, threshold: float, wide: bool = False) -> str:
-    """Claim 'value > threshold' given its range [low, high] over repeats."""
-    if wide or any(np.isnan(x) for x in (low, high, threshold)):
+def verdict_above(low: float, high: float, threshold: float, wide: bool = False, n: int = 2) -> str:
+    """Claim 'value > threshold' given its range [low, high] over n repeats."""
+    if wide or n < MIN_REPEATS or any(np.isnan(x) for x in (low, high, threshold)):
         return INCONCLUSIVE
     if low > threshold:
         return HOLDS
@@ -90,7 +93,7 @@ def verdict_above(low: float, high: float, threshold: float, wide: bool = False)
 def verdict_faster(a: pd.Series, b: pd.Series) -> str:
     """Claim 'configuration a is faster than b' from their repeats: ranges must not overlap."""
     a, b = a.dropna(), b.dropna()
-    if a.empty or b.empty:
+    if len(a) < MIN_REPEATS or len(b) < MIN_REPEATS:  # one sample each says nothing about noise
         return INCONCLUSIVE
     if a.min() > b.max():
         return HOLDS

@@ -167,7 +167,7 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
         for r in b["runs"]:
             base_rows.append({"model": b["model"], "synthetic": infos[b["model"]].get("synthetic"),
                               "load_mode": r["load_mode"], "tok_per_s": r.get("tok_per_s"),
-                              "exit_code": r["exit_code"]})
+                              "status": r.get("status", "ok" if r["exit_code"] == 0 else "failed")})
     if base_rows:
         w.text("Stock `llama-bench` decode under the same profile (what a user would run instead):\n")
         w.table("stock_baselines", pd.DataFrame(base_rows), "stock_baseline")
@@ -275,12 +275,14 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
         pair_rows.append({"mechanism": mech_name, "bytes_ratio_q4_over_q2": bytes_ratio,
                           "speedup_q2_over_q4": speed, "speedup_min": speed_lo, "speedup_max": speed_hi,
                           "majflt_q4": fa, "majflt_q2": fb,
-                          "majflt_ratio": fa / fb if fb else float("nan")})
+                          "majflt_ratio": fa / fb if fb else float("nan"),
+                          "n_q4": len(a), "n_q2": len(b)})
     if pair_rows:
         pr = w.table("finding4_5_scaling", pd.DataFrame(pair_rows), "findings")
         r0 = pr.iloc[0]
-        v4 = A.verdict_above(r0.speedup_min, r0.speedup_max, r0.bytes_ratio_q4_over_q2)
-        v5 = A.INCONCLUSIVE if math.isnan(r0.majflt_ratio) else (
+        n_pair = min(pair_rows[0]["n_q4"], pair_rows[0]["n_q2"])
+        v4 = A.verdict_above(r0.speedup_min, r0.speedup_max, r0.bytes_ratio_q4_over_q2, n=n_pair)
+        v5 = A.INCONCLUSIVE if math.isnan(r0.majflt_ratio) or n_pair < A.MIN_REPEATS else (
             A.HOLDS if r0.majflt_ratio > r0.bytes_ratio_q4_over_q2 else A.FAILS)
         w.text(f"**Verdict 4: {v4}** (rule: the whole min-max range of the Q2/Q4 speed-up lies above "
                f"the bytes ratio). **Verdict 5: {v5}** (rule: the fault ratio exceeds the bytes "
@@ -308,7 +310,8 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
         w.text("Bound = 1 / (bytes per token / I/O ceiling + 1 / MoE compute ceiling), with the median "
                f"I/O sample ({sig(io_med)} MB/s).\n")
         w.table("finding6_gap", pd.DataFrame(gap_rows), "findings")
-        v6 = A.HOLDS if best["max"] < moe_ceiling / 2 else A.FAILS
+        v6 = (A.INCONCLUSIVE if best["n"] < A.MIN_REPEATS or not moe_ceiling
+              else A.HOLDS if best["max"] < moe_ceiling / 2 else A.FAILS)
         verdicts.append(("6", v6))
         w.text(f"**Verdict: {v6}** (rule: the best configuration's fastest repeat is under half the "
                "MoE model's own fully cached compute ceiling).\n")

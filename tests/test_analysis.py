@@ -44,6 +44,7 @@ def test_verdict_above_both_ways():
     assert A.verdict_above(1.2, 1.6, 1.67) == A.FAILS
     assert A.verdict_above(1.5, 1.9, 1.67) == A.INCONCLUSIVE
     assert A.verdict_above(1.8, 2.0, 1.67, wide=True) == A.INCONCLUSIVE
+    assert A.verdict_above(1.8, 2.0, 1.67, n=1) == A.INCONCLUSIVE
 
 
 def test_verdict_faster_both_ways():
@@ -51,6 +52,7 @@ def test_verdict_faster_both_ways():
     assert A.verdict_faster(pd.Series([1.0, 1.2]), pd.Series([2.0, 2.5])) == A.FAILS
     assert A.verdict_faster(pd.Series([2.0, 3.0]), pd.Series([2.5, 2.6])) == A.INCONCLUSIVE
     assert A.verdict_faster(pd.Series([], dtype=float), pd.Series([1.0])) == A.INCONCLUSIVE
+    assert A.verdict_faster(pd.Series([3.0]), pd.Series([1.0])) == A.INCONCLUSIVE  # one repeat each
 
 
 def test_summarize_median_spread_and_flag():
@@ -63,6 +65,18 @@ def test_summarize_median_spread_and_flag():
     assert s.loc["a", "median"] == pytest.approx(1.1) and not s.loc["a", "wide_spread"]
     assert s.loc["b", "n"] == 2 and s.loc["b", "wide_spread"]  # (2-1)/1.5 > 25%
     assert s.loc["b", "statuses"] == "killed: memory,ok"
+    assert s.loc["a", "mechanism"] == "x"
+
+
+def test_summarize_keeps_runs_that_never_completed():
+    runs = pd.DataFrame({"run_id": ["ok", "dead"], "status": ["ok", "killed: memory"],
+                         "tok_per_s": [1.0, None], "mechanism": ["none", "lru-odirect"]})
+    for col in ("model", "quant", "synthetic", "mlock_non_expert", "log_experts", "lru_budget_mb",
+                "prefetch_threads"):
+        runs[col] = "x"
+    s = A.summarize(runs).set_index("run_id")
+    assert s.loc["dead", "n"] == 0 and s.loc["dead", "mechanism"] == "lru-odirect"
+    assert s.loc["dead", "statuses"] == "killed: memory"
 
 
 def test_io_bound_estimate():
