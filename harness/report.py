@@ -176,6 +176,9 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
     ax.barh(y, summ["median"], xerr=[summ["median"] - summ["min"], summ["max"] - summ["median"]],
             color="tab:blue", alpha=0.8)
     ax.set_yticks(y, summ.run_id, fontsize=7)
+    for yi, (med, st) in enumerate(zip(summ["median"], summ.statuses, strict=True)):
+        if pd.isna(med):  # no ok repeat: say why instead of drawing nothing
+            ax.text(0, yi, f" {st}", va="center", fontsize=7, color="tab:red")
     ax.set_xlabel("tok/s (median, min-max)" + (" - synthetic models" if any_synth else ""))
     w.plot("tok_per_s", fig, "tok/s per configuration, median of repeats with min-max")
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(summ) + 1.5))
