@@ -94,9 +94,9 @@ def io_ceiling(scratch_dir: Path, samples_mib: list[int], limits: Limits, log=pr
 
 
 def llama_bench(bench: str, model: str, threads: int, tokens: int, load_mode: str, limits: Limits,
-                lib_dir: str, log_file) -> dict:
+                lib_dir: str, log_file, extra_args: tuple[str, ...] = ()) -> dict:
     argv = [bench, "-m", model, "-p", "0", "-n", str(tokens), "-r", "1", "--no-warmup", "-t",
-            str(threads), "-lm", load_mode, "-o", "json"]
+            str(threads), "-lm", load_mode, *extra_args, "-o", "json"]
     out_path = Path(log_file.name).with_suffix(".bench.json")
     start = utcnow()
     with open(out_path, "w") as out:
@@ -104,7 +104,7 @@ def llama_bench(bench: str, model: str, threads: int, tokens: int, load_mode: st
                                  stdout=out, stderr=log_file)
     text = out_path.read_text()
     out_path.unlink()
-    rec = {"model": model, "load_mode": load_mode, "threads": threads, "tokens": tokens,
+    rec = {"model": model, "load_mode": " ".join([load_mode, *extra_args]), "threads": threads, "tokens": tokens,
            "start_utc": start, "end_utc": utcnow(), "exit_code": rc, "limits_in_force": in_force,
            "argv": argv}
     if rc == 0:
