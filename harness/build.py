@@ -115,15 +115,15 @@ def safe_extract(tarball: Path, member_prefix: str, dest: Path) -> None:
 
 def sdist_commit(tarball: Path, top: str) -> str:
     """The vendored llama.cpp commit, from the sdist's git metadata for the submodule."""
+    name = f"{top}/.git/modules/vendor/llama.cpp/HEAD"
     with tarfile.open(tarball) as tar:
-        for name in (f"{top}/.git/modules/vendor/llama.cpp/HEAD",):
-            try:
-                f = tar.extractfile(name)
-            except KeyError:
-                continue
-            if f is not None:
-                return f.read().decode().strip()
-    raise BuildError(f"{tarball.name}: cannot find the vendored llama.cpp commit")
+        try:
+            f = tar.extractfile(name)
+        except KeyError:
+            f = None
+        if f is None:
+            raise BuildError(f"{tarball.name}: no {name}: cannot tell the vendored llama.cpp commit")
+        return f.read().decode().strip()
 
 
 @dataclass

@@ -188,17 +188,6 @@ def _check_ram_budgets(config: dict) -> None:
                               f"{mname}'s non-expert tensors (at least {need} bytes)")
 
 
-def ram_budget_check(config: dict, layouts: dict[str, dict]) -> None:
-    """A RAM budget smaller than a model's non-expert tensors cannot hold its working set."""
-    prof = config["profiles"][config["profile"]]
-    if prof.get("ram_budget") is None:
-        return
-    budget = parse_size(prof["ram_budget"], f"profiles.{config['profile']}.ram_budget")
-    for name, lay in layouts.items():
-        if lay["non_expert_bytes"] >= budget:
-            raise ConfigError(f"config: profiles.{config['profile']}.ram_budget: {budget} bytes is "
-                              f"smaller than model {name}'s non-expert tensors "
-                              f"({lay['non_expert_bytes']} bytes)")
 
 
 def profile_limits(config: dict, device_path: str, *, ram: bool = True):

@@ -9,7 +9,6 @@ accessor `llama_model_get_tensor` and ggml's tensor accessors from libggml-base.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,10 +55,6 @@ class Bindings:
 
 
 _bindings: Bindings | None = None
-
-
-def lib_dir_from_manifest(manifest_path: os.PathLike) -> Path:
-    return Path(json.loads(Path(manifest_path).read_text())["lib_dir"])
 
 
 def load(lib_dir: os.PathLike | None = None) -> Bindings:

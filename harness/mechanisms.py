@@ -12,7 +12,6 @@ import collections
 import ctypes
 import mmap
 import os
-import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -317,7 +316,3 @@ def make(name: str, model: MappedModel, **options) -> Mechanism:
 
 def needs_scratch_copy(name: str) -> bool:
     return getattr(REGISTRY[name], "needs_scratch_copy", False)
-
-
-def copy_model(src: str, dst: str) -> None:
-    shutil.copyfile(src, dst)

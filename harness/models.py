@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
@@ -56,7 +55,6 @@ class Shape:
     n_expert: int = 0
     n_expert_used: int = 0
     tied_embeddings: bool = False
-    extra_kv: dict = field(default_factory=dict)
 
     @property
     def head_dim(self) -> int:
@@ -226,28 +224,3 @@ def quantize(llama_quantize: str, src: Path, dst: Path, quant: str, threads: int
                              stdout=log_file or sys.stderr, stderr=subprocess.STDOUT)
         if res.returncode != 0:
             raise RuntimeError(f"llama-quantize {src.name} -> {quant} failed (exit {res.returncode})")
-
-
-def synthesize(shape_name: str, seed: int, quants: dict[str, Path], source_tree: Path,
-               llama_quantize: str, threads: int, scratch_dir: Path, log=print) -> None:
-    """Write the F16 intermediate once, quantize it to each requested quant, delete it."""
-    if shape_name not in SHAPES:
-        raise KeyError(f"unknown synthetic shape {shape_name!r}; known: {', '.join(SHAPES)}")
-    shape = SHAPES[shape_name]
-    scratch_dir.mkdir(parents=True, exist_ok=True)
-    f16 = scratch_dir / f"{shape_name}-seed{seed}-f16.gguf"
-    try:
-        write_f16(shape, seed, source_tree / shape.vocab_file, f16, log)
-        for quant, dst in quants.items():
-            log(f"models: llama-quantize {f16.name} -> {quant}")
-            quantize(llama_quantize, f16, dst, quant, threads)
-    finally:
-        if f16.exists():
-            os.unlink(f16)
-
-
-def read_synthetic_flag(path: os.PathLike) -> tuple[bool, int | None]:
-    r = gguf.GGUFReader(path)
-    fld = r.fields.get(SYNTHETIC_KEY)
-    seed = r.fields.get(SEED_KEY)
-    return (bool(fld.contents()) if fld else False, int(seed.contents()) if seed else None)

@@ -95,10 +95,6 @@ def _ok(runs, **eq):
     return runs[m]
 
 
-def _label(row) -> str:
-    return ("synthetic " if row.get("synthetic") else "") + str(row.get("quant") or row.get("model"))
-
-
 def write_findings(inputs, outputs, config: dict, log=print) -> None:
     runs = pd.read_csv(inputs.runs)
     out_md = Path(outputs.results)
