@@ -152,9 +152,13 @@ class RunCgroup:
         return [d / "cgroup.procs" for d in self.dirs.values()]
 
     @property
-    def memory_dir(self) -> str | None:
-        d = self.dirs.get("memory") or self.dirs.get("unified")
-        return str(d) if d else None
+    def io_stat_file(self) -> str | None:
+        """The file holding this cgroup's block-I/O byte counters."""
+        if "blkio" in self.dirs:
+            return str(self.dirs["blkio"] / "blkio.throttle.io_service_bytes")
+        if "unified" in self.dirs:
+            return str(self.dirs["unified"] / "io.stat")
+        return None
 
     def enter(self) -> None:
         """Move the calling process into the cgroup (used in the child before exec)."""

@@ -66,21 +66,17 @@ def read_proc_io() -> int:
     return 0
 
 
-def read_cgroup_read_bytes(cgroup_dir: str | None) -> int:
-    """Bytes read by this cgroup from block devices (v1 blkio or v2 io.stat), or -1."""
-    if not cgroup_dir:
+def read_cgroup_read_bytes(io_stat_file: str | None) -> int:
+    """Bytes the run's cgroup read from block devices (v1 blkio or v2 io.stat file), or -1."""
+    if not io_stat_file:
         return -1
-    v1 = Path(cgroup_dir.replace("/memory/", "/blkio/")) / "blkio.throttle.io_service_bytes"
     try:
-        if v1.exists():
-            return sum(int(ln.split()[2]) for ln in v1.read_text().splitlines()
-                       if len(ln.split()) == 3 and ln.split()[1] == "Read")
-        v2 = Path(cgroup_dir) / "io.stat"
-        if v2.exists():
-            return sum(int(m) for m in re.findall(r"rbytes=(\d+)", v2.read_text()))
+        text = Path(io_stat_file).read_text()
     except OSError:
-        pass
-    return -1
+        return -1
+    if io_stat_file.endswith("io.stat"):
+        return sum(int(m) for m in re.findall(r"rbytes=(\d+)", text))
+    return sum(int(f[2]) for f in map(str.split, text.splitlines()) if len(f) == 3 and f[1] == "Read")
 
 
 def rss_bytes() -> int:
@@ -137,14 +133,8 @@ class RoutingHook:
             return False
 
 
-def run(params: dict) -> dict:
-    """Run one configuration; params as written by the supervisor. Returns the worker summary."""
-    out = Path(params["out_dir"])
-    layout = Layout.load(params["layout"])
-    b = hlib.load(params.get("lib_dir"))
-    L = b.llama_cpp
-    model_path = params["model_path"]  # the scratch copy for write-in-place
-
+def load_mmap_model(L, model_path: str):
+    """Load on the CPU with the file mmap'd and weights left in the mapping."""
     L.llama_backend_init()
     mp = L.llama_model_default_params()
     mp.n_gpu_layers = 0
@@ -153,10 +143,22 @@ def run(params: dict) -> dict:
     # otherwise the CPU backend may repack weights into anonymous memory and the experts are no
     # longer read from the file at all
     mp.use_extra_bufts = False
-    t_load = time.time()
     model = L.llama_model_load_from_file(model_path.encode(), mp)
     if not model:
         raise WorkerError(f"llama.cpp could not load {model_path}")
+    return model
+
+
+def run(params: dict) -> dict:
+    """Run one configuration; params as written by the supervisor. Returns the worker summary."""
+    out = Path(params["out_dir"])
+    layout = Layout.load(params["layout"])
+    b = hlib.load(params.get("lib_dir"))
+    L = b.llama_cpp
+    model_path = params["model_path"]  # the scratch copy for write-in-place
+
+    t_load = time.time()
+    model = load_mmap_model(L, model_path)
     load_s = time.time() - t_load
 
     start, length, moff = find_mapping(model_path)
@@ -213,7 +215,7 @@ def run(params: dict) -> dict:
 
     tokens_part = open(out / "tokens.csv.part", "w", buffering=1)
     tokens_part.write(",".join(TOKEN_FIELDS) + "\n")
-    cgroup_dir = params.get("cgroup_dir")
+    io_stat = params.get("cgroup_io_stat")
     generated = []
     mismatches = 0
     routed_total = prefetched_total = 0
@@ -229,13 +231,13 @@ def run(params: dict) -> dict:
         hook.routed = []
         c0 = mechanism.c.__dict__.copy()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
-        io0, cg0 = read_proc_io(), read_cgroup_read_bytes(cgroup_dir)
+        io0, cg0 = read_proc_io(), read_cgroup_read_bytes(io_stat)
         t0 = time.perf_counter()
         rc = L.llama_decode(ctx, batch)
         mechanism.drain()
         wall = time.perf_counter() - t0
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
-        io1, cg1 = read_proc_io(), read_cgroup_read_bytes(cgroup_dir)
+        io1, cg1 = read_proc_io(), read_cgroup_read_bytes(io_stat)
         if hook.error is not None:
             raise WorkerError(f"routing hook failed: {hook.error!r}") from hook.error
         if rc != 0:
@@ -317,12 +319,7 @@ def tensor_offsets(model_path: str, names: list[str], lib_dir: str | None = None
     accessor on an mmap'd load): the independent check of a layout file."""
     b = hlib.load(lib_dir)
     L = b.llama_cpp
-    L.llama_backend_init()
-    mp = L.llama_model_default_params()
-    mp.n_gpu_layers, mp.load_mode, mp.lazy_mode, mp.use_extra_bufts = 0, 1, 0, False
-    model = L.llama_model_load_from_file(model_path.encode(), mp)
-    if not model:
-        raise WorkerError(f"llama.cpp could not load {model_path}")
+    model = load_mmap_model(L, model_path)
     try:
         start, _, moff = find_mapping(model_path)
         out = {}

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from harness import supervise
-from harness.limits import Limits
+from harness.limits import Limits, cgroup_version
 from harness.mechanisms import REGISTRY
 from harness.util import sha256_file
 
@@ -50,6 +50,9 @@ def test_every_mechanism_completes_with_full_records(all_runs):
         tok = pd.read_csv(d / "tokens.csv")
         assert list(tok.phase) == ["prompt"] + ["gen"] * 12
         assert (tok.wall_s > 0).all()
+        if cgroup_version() is not None:  # every run has a cgroup: its block-I/O counter is read
+            assert (tok.cgroup_read_bytes >= 0).all(), name
+            assert (tok.disk_read_bytes >= 0).all(), name
         on_disk = json.loads((d / "run.json").read_text())
         for key in ("spec", "build", "machine", "model", "limits_in_force", "start_utc", "end_utc",
                     "summary"):

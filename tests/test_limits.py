@@ -17,13 +17,18 @@ pytestmark = pytest.mark.skipif(cgroup_version() is None, reason="no cgroup hier
 def test_odirect_read_is_held_to_the_throttle(tmp_path):
     test = tmp_path / "io.bin"
     ceilings.make_test_file(test, 96 << 20)
+    os.sync()  # earlier tests' writeback must not share the disk with the measurement
     limit = 100_000_000  # 100 MB/s
-    with RunCgroup(Limits(read_bps=limit, device_path=str(tmp_path))) as cg:
-        res = subprocess.run([sys.executable, "-m", "harness.ceilings", "odirect", str(test), "0",
-                              str(96 << 20)], capture_output=True, text=True, preexec_fn=cg.enter)
-        assert cg.in_force["read_bps"] == limit
-    mbps = json.loads(res.stdout)["mb_per_s"]
-    assert abs(mbps * 1e6 - limit) / limit < 0.15, mbps
+    samples = []
+    for k in range(3):  # a shared machine: the median of three samples at different offsets
+        with RunCgroup(Limits(read_bps=limit, device_path=str(tmp_path))) as cg:
+            res = subprocess.run([sys.executable, "-m", "harness.ceilings", "odirect", str(test),
+                                  str(k * (32 << 20)), str(32 << 20)], capture_output=True, text=True,
+                                 preexec_fn=cg.enter)
+            assert cg.in_force["read_bps"] == limit
+        samples.append(json.loads(res.stdout)["mb_per_s"])
+    mbps = sorted(samples)[1]
+    assert abs(mbps * 1e6 - limit) / limit < 0.15, samples
 
 
 def test_mapping_more_than_the_budget_never_holds_more(tmp_path):
