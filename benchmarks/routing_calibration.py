@@ -41,7 +41,7 @@ def main():
     d = Path(tempfile.mkdtemp())
     f16, q = d / "f16.gguf", d / "q4.gguf"
     M.write_f16(shape, 1, Path(man["source_tree"]) / shape.vocab_file, f16, log=lambda s: None)
-    M.quantize(man["llama_quantize"], f16, q, "Q4_K_M", 2, log_file=subprocess.DEVNULL)
+    M.quantize(man, f16, q, "Q4_K_M", 2, log_file=subprocess.DEVNULL, log=lambda s: None)
     atomic_write_json(d / "layout.json", read_layout(q))
     os.makedirs(d / "run")
     (d / "params.json").write_text(json.dumps({

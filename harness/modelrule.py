@@ -18,7 +18,7 @@ def make_model(name: str, spec: dict, manifest_path: str, f16: str | None, out_g
     t0 = time.time()
     src = spec["source"]
     if src == "synthetic":
-        models.quantize(manifest["llama_quantize"], Path(f16), Path(out_gguf), spec["quant"], threads)
+        models.quantize(manifest, Path(f16), Path(out_gguf), spec["quant"], threads, log=log)
     elif src == "huggingface":
         fetch.download_hf(spec, out_gguf, default_cache_dir() / "hf")
     else:

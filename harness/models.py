@@ -5,20 +5,34 @@ F16 from seeded random weights, one tensor at a time (peak memory stays at one t
 quantized by the pipeline's own llama-quantize. Every byte count, I/O pattern and FLOP is the real
 model's; only the weight values are random. Each file carries `moe_offload_bench.synthetic` and
 `moe_offload_bench.seed` so that no number made from it can be passed off as the original's.
+
+The merged expert tensors (95% of OLMoE's 6.9B weights) are made differently, because quantizing
+6.4B random weights is what made a full-size model take 14.5 minutes here (llama-quantize on
+2 cores: Q2_K 271 s, Q4_K_M 395 s). The F16 file leaves them as sparse holes (zeros, which
+llama-quantize passes through in seconds), so llama-quantize still decides every tensor's type and
+writes the file's layout. Then each expert tensor is filled, block by block, from a pool of
+EXPERT_POOL_BLOCKS blocks per (type, row length): seeded normal weights at the tensor's scale,
+quantized by the same build's ggml_quantize_chunk (the function llama-quantize calls), drawn
+with a seeded generator. Every expert block is therefore a real quantization of random weights of
+the right scale; a block recurs about twice per tensor, at unrelated positions.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
+import os
 import subprocess
 import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
 import numpy as np
 
+from harness.layout import EXPERT_RE
 from harness.util import atomic_path, atomic_write_text
 
 # Weight scales (times 1/sqrt(fan_in)). With smaller matrices (0.5) a random model's residual
@@ -34,6 +48,9 @@ SCALES_KEY = "moe_offload_bench.weight_scales"
 SYNTHETIC_KEY = "moe_offload_bench.synthetic"
 SEED_KEY = "moe_offload_bench.seed"
 SHAPE_KEY = "moe_offload_bench.shape"
+EXPERT_WEIGHTS_KEY = "moe_offload_bench.expert_weights"
+# 2^18 blocks of 256 weights: a few seconds of quantizing per pool; ~2 uses per block per tensor
+EXPERT_POOL_BLOCKS = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -198,6 +215,9 @@ def write_f16(shape: Shape, seed: int, vocab_path: Path, out: Path, log=print) -
         w.add_uint32(SEED_KEY, seed)
         w.add_string(SCALES_KEY, f"matrix={MATRIX_SCALE}/sqrt(fan_in) router={ROUTER_SCALE}/sqrt(fan_in)")
         w.add_string(SHAPE_KEY, next(k for k, v in SHAPES.items() if v == shape))
+        if shape.n_expert:
+            w.add_string(EXPERT_WEIGHTS_KEY, f"blocks drawn from pools of {EXPERT_POOL_BLOCKS} "
+                         "ggml_quantize_chunk-quantized random blocks per (type, row length)")
         _copy_tokenizer(w, vocab_path, shape.n_vocab)
         if shape.arch == "olmoe":
             # the original OLMoE GGUF's pre-tokenizer (llama.cpp's "olmo")
@@ -211,16 +231,110 @@ def write_f16(shape: Shape, seed: int, vocab_path: Path, out: Path, log=print) -
         w.write_ti_data_to_file()
         rng = np.random.default_rng(seed)
         for i, (name, np_shape, role) in enumerate(plan):
-            w.write_tensor_data(_weights(rng, np_shape, role))
+            if EXPERT_RE.match(name):
+                w.write_tensor_data(_Hole(int(np.prod(np_shape)) * 2))  # filled after quantizing
+            else:
+                w.write_tensor_data(_weights(rng, np_shape, role))
             if i % 25 == 0:
                 log(f"models: wrote {i + 1}/{len(plan)} tensors of {out.name}")
         w.close()
 
 
-def quantize(llama_quantize: str, src: Path, dst: Path, quant: str, threads: int, log_file=None) -> None:
-    """llama-quantize src -> dst (atomic: a failed quantize never leaves dst)."""
+class _Hole:
+    """Stands in for a tensor's data in GGUFWriter.write_tensor_data: seeks past it, leaving a
+    sparse run of zeros that costs neither disk writes nor, when read back, disk reads."""
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+
+    def tofile(self, f) -> None:
+        f.seek(self.nbytes - 1, os.SEEK_CUR)
+        f.write(b"\0")  # the file's size must cover the tensor even if it is the last one
+
+
+def quantize(manifest: dict, src: Path, dst: Path, quant: str, threads: int, log_file=None,
+             log=print) -> None:
+    """llama-quantize the synthetic F16 src -> dst, then fill its expert tensors from seeded
+    quantized block pools (see the module's docstring). Atomic: a failure never leaves dst."""
     with atomic_path(dst) as tmp:
-        res = subprocess.run([llama_quantize, str(src), str(tmp), quant, str(threads)],
+        res = subprocess.run([manifest["llama_quantize"], str(src), str(tmp), quant, str(threads)],
                              stdout=log_file or sys.stderr, stderr=subprocess.STDOUT)
         if res.returncode != 0:
             raise RuntimeError(f"llama-quantize {src.name} -> {quant} failed (exit {res.returncode})")
+        fill_expert_tensors(tmp, Path(manifest["lib_dir"]), log=log)
+
+
+class GgmlQuantizer:
+    """ggml_quantize_chunk of the pipeline's own build (libggml-base), the function through which
+    llama-quantize quantizes every tensor; no importance matrix, as in llama-quantize without one."""
+
+    def __init__(self, lib_dir: Path):
+        lib = ctypes.CDLL(str(lib_dir / "libggml-base.so"))
+        self._chunk = lib.ggml_quantize_chunk
+        self._chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+        self._chunk.restype = ctypes.c_size_t
+        self._row_size = lib.ggml_row_size
+        self._row_size.argtypes = [ctypes.c_int, ctypes.c_int64]
+        self._row_size.restype = ctypes.c_size_t
+
+    def __call__(self, qtype: int, rows: np.ndarray) -> np.ndarray:
+        """Quantize float32 rows (n_rows, n_per_row); returns (n_rows, row bytes) uint8."""
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        n_rows, n_per_row = rows.shape
+        out = np.empty((n_rows, self._row_size(qtype, n_per_row)), dtype=np.uint8)
+        n = self._chunk(qtype, rows.ctypes.data, out.ctypes.data, 0, n_rows, n_per_row, None)
+        if n != out.nbytes:
+            raise RuntimeError(f"ggml_quantize_chunk wrote {n} bytes, expected {out.nbytes}")
+        return out
+
+
+def block_pool(quantizer: GgmlQuantizer, qtype: gguf.GGMLQuantizationType, n_per_row: int,
+               seed: int, n_blocks: int = EXPERT_POOL_BLOCKS) -> np.ndarray:
+    """(n, type_size) uint8: quantized blocks of seeded N(0, (MATRIX_SCALE/sqrt(n_per_row))^2)
+    weights, quantized in rows of the tensor's own length."""
+    block_elems, type_size = gguf.GGML_QUANT_SIZES[qtype]
+    n_rows = -(-n_blocks * block_elems // n_per_row)
+    rng = np.random.default_rng([seed, int(qtype), n_per_row])
+    w = rng.standard_normal((n_rows, n_per_row), dtype=np.float32)
+    w *= MATRIX_SCALE / np.sqrt(n_per_row)
+    return quantizer(int(qtype), w).reshape(-1, type_size)
+
+
+def fill_expert_tensors(path: Path, lib_dir: Path, log=print) -> int:
+    """Fill every merged expert tensor of a synthetic quantized file with blocks drawn from
+    seeded pools; returns the number of tensors filled. Deterministic in the file's seed."""
+    reader = gguf.GGUFReader(path)
+    seed_field = reader.fields.get(SEED_KEY)
+    if seed_field is None or reader.fields.get(SYNTHETIC_KEY) is None:
+        raise ValueError(f"{path}: not a synthetic model of this pipeline (no {SEED_KEY})")
+    seed = int(seed_field.contents())
+    targets = [(t.name, t.tensor_type, int(t.shape[0]), int(t.data_offset), int(t.n_bytes))
+               for t in reader.tensors if EXPERT_RE.match(t.name)]
+    del reader  # its memmap is read-only; the file is written through a plain descriptor
+    if not targets:
+        return 0
+    quantizer, pools = GgmlQuantizer(lib_dir), {}
+    chunk_blocks = 1 << 18
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for i, (name, qtype, n_per_row, offset, nbytes) in enumerate(targets):
+            key = (qtype, n_per_row)
+            if key not in pools:  # no bigger than one tensor: tiny models stay quick
+                pools[key] = block_pool(quantizer, qtype, n_per_row, seed,
+                                        min(EXPERT_POOL_BLOCKS, nbytes // gguf.GGML_QUANT_SIZES[qtype][1]))
+                log(f"models: pool of {len(pools[key])} {qtype.name} blocks for rows of {n_per_row}")
+            pool = pools[key]
+            type_size = pool.shape[1]
+            n_blocks = nbytes // type_size
+            rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+            for start in range(0, n_blocks, chunk_blocks):
+                idx = rng.integers(0, len(pool), min(chunk_blocks, n_blocks - start))
+                data = pool[idx].tobytes()
+                if os.pwrite(fd, data, offset + start * type_size) != len(data):
+                    raise OSError(f"{path}: short write filling {name}")
+            if i % 12 == 0:
+                log(f"models: filled {i + 1}/{len(targets)} expert tensors of {path.name}")
+    finally:
+        os.close(fd)
+    return len(targets)

@@ -1,7 +1,13 @@
+import shutil
+from pathlib import Path
+
 import gguf
+import numpy as np
 import pytest
 
+import harness.models as M
 from harness.models import SHAPES, tensor_plan
+from harness.util import sha256_file
 
 
 def test_full_size_olmoe_plan_has_the_originals_shapes():
@@ -57,3 +63,41 @@ def test_tokenizer_is_the_originals(tiny_models, name):
     r = gguf.GGUFReader(tiny_models[name]["gguf"])
     toks = r.fields["tokenizer.ggml.tokens"].contents()
     assert len(toks) == (50304 if "olmoe" in name else 151936)
+
+
+def _expert_tensors(path):
+    return [t for t in gguf.GGUFReader(path).tensors if t.name.endswith("_exps.weight")]
+
+
+@pytest.mark.parametrize("name", ["olmoe-tiny-Q4_K_M", "olmoe-tiny-Q2_K"])
+def test_expert_tensors_hold_quantized_random_weights_of_the_right_scale(tiny_models, name):
+    """The F16 leaves experts as zero holes; the fill must reach every block, at the scale the
+    other matrices have, and give every expert its own weights."""
+    tensors = _expert_tensors(tiny_models[name]["gguf"])
+    assert len(tensors) == 3 * SHAPES["olmoe-tiny"].n_layer
+    for t in tensors:
+        w = gguf.quants.dequantize(t.data, t.tensor_type).reshape(t.shape[2], -1)
+        expected = M.MATRIX_SCALE / np.sqrt(int(t.shape[0]))
+        assert 0.8 < w.std() / expected < 1.2, (t.name, t.tensor_type.name, w.std(), expected)
+        block_elems = gguf.GGML_QUANT_SIZES[t.tensor_type][0]
+        blocks = w.reshape(-1, block_elems)
+        assert (np.abs(blocks).max(axis=1) > 0).all(), f"{t.name}: a block was left empty"
+        assert len({e.tobytes() for e in w}) == w.shape[0], f"{t.name}: two experts are identical"
+
+
+def test_expert_fill_is_deterministic_in_the_seed(tiny_models, manifest, tmp_path):
+    src = tiny_models["olmoe-tiny-Q4_K_M"]["gguf"]
+    copy = tmp_path / "copy.gguf"
+    shutil.copyfile(src, copy)
+    assert M.fill_expert_tensors(copy, Path(manifest["lib_dir"]), log=lambda s: None) == 12
+    assert sha256_file(copy) == sha256_file(src)
+
+
+def test_f16_leaves_expert_tensors_as_sparse_holes(manifest, tmp_path):
+    shape = SHAPES["olmoe-tiny"]
+    f16 = tmp_path / "f16.gguf"
+    M.write_f16(shape, 3, Path(manifest["source_tree"]) / shape.vocab_file, f16, log=lambda s: None)
+    experts = _expert_tensors(f16)
+    expert_bytes = sum(int(t.n_bytes) for t in experts)
+    assert all(not t.data.any() for t in experts)
+    assert f16.stat().st_blocks * 512 < f16.stat().st_size - 0.9 * expert_bytes

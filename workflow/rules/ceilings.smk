@@ -52,7 +52,8 @@ rule stock_baseline:
         manifest=MANIFEST,
         gguf="results/models/{model}.gguf",
     params:
-        tokens=config["ceilings"].get("bench_tokens", 32),
+        # as many tokens as the harness runs decode, so the stock tool is compared like for like
+        tokens=config["ceilings"].get("baseline_tokens") or config["defaults"]["tokens"],
         config=PROFILE_CONFIG,
     log:
         "logs/stock_baseline/{model}.log",
