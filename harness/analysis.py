@@ -34,7 +34,7 @@ def run_row(record_path: Path) -> dict:
         "model": spec["model"], "quant": rec["model"].get("quant"),
         "synthetic": rec["model"].get("synthetic"), "mechanism": spec["mechanism"],
         "mlock_non_expert": spec["mlock_non_expert"], "log_experts": spec["log_experts"],
-        "threads": spec["threads"], "lru_budget_mb": spec["lru_budget_mb"],
+        "threads": spec["threads"], "tokens": spec["tokens"], "lru_budget_mb": spec["lru_budget_mb"],
         "prefetch_threads": spec["prefetch_threads"], "profile": spec.get("profile"),
         "status": rec["status"], "tokens_completed": rec["tokens_completed"],
         "tok_per_s": n / decode_s if n and decode_s > 0 else float("nan"),
@@ -70,8 +70,9 @@ def summarize(runs: pd.DataFrame, value: str = "tok_per_s") -> pd.DataFrame:
     out["n"] = out["n"].fillna(0).astype(int)
     first = runs.drop_duplicates("run_id").set_index("run_id")
     for col in ("model", "quant", "synthetic", "mechanism", "mlock_non_expert", "log_experts",
-                "lru_budget_mb", "prefetch_threads"):
-        out[col] = first[col]
+                "lru_budget_mb", "prefetch_threads", "tokens"):
+        if col in first:  # hand-made tables may carry only some of them
+            out[col] = first[col]
     out["statuses"] = statuses
     return out.reset_index()
 

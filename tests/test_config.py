@@ -23,7 +23,7 @@ def test_shipped_configs_are_valid_and_expand_readably():
     ids = [r.run_id for r in runs]
     assert "lru--lru-budget-mb-1200" in ids and "baseline--model-olmoe-q2" in ids
     assert "pread-madvise-mlock--log-experts-off" in ids
-    assert len(ids) == len(set(ids)) == 15
+    assert len(ids) == len(set(ids)) == 16
     assert validate_config(yaml.safe_load((ROOT / ".test/config/experiments.yaml").read_text()))
 
 

@@ -65,6 +65,13 @@ def test_final_has_results_plots_and_one_record_per_run(pipeline):
     spans = sorted(zip(runs.start_utc, runs.end_utc, strict=True))
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
     assert (runs.residency_before < 0.01).all()
+    # the longest routing trace feeds findings 2/3; the findings' speed tables hold only the
+    # default-length runs, so the longer pread+madvise run is not mixed into its baseline
+    text = (final / "RESULTS.md").read_text()
+    assert "Routing trace: run `routing-trace` repeat 1 (32 tokens" in text  # prompt 8 + 24
+    f7 = pd.read_csv(final / "tables/finding7_switches.csv")
+    pm = runs[(runs.entry == "pread-madvise") & (runs.model == "olmoe-q4") & ~runs.mlock_non_expert]
+    assert f7.baseline_pread_madvise_median.iloc[0] == pytest.approx(pm.tok_per_s.median(), rel=1e-3)
 
 
 def test_results_md_numbers_trace_to_named_csvs(pipeline):
