@@ -113,10 +113,17 @@ def test_adding_an_entry_plans_only_its_runs(pipeline):
         assert not re.search(rf"^{rule}\s+\d+", out, re.M), rule
 
 
+def _default_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_and_interrupt(workdir, target, sig):
     proc = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
                              "--directory", str(workdir), "--cores", "2", target],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            # as at a terminal: a shell's background job (nohup ... &) inherits
+                            # SIGINT ignored, which would make the Ctrl-C case a no-op
+                            preexec_fn=_default_sigint)
     run_dir = workdir / "results/runs/long/rep1"
     deadline = time.time() + 600
     while time.time() < deadline and not list(run_dir.glob(".work-*/tokens.csv.part")):
