@@ -188,8 +188,6 @@ def _check_ram_budgets(config: dict) -> None:
                               f"{mname}'s non-expert tensors (at least {need} bytes)")
 
 
-
-
 def profile_limits(config: dict, device_path: str, *, ram: bool = True):
     """The Limits of the configured machine profile (ram=False: the disk cap only)."""
     from harness.limits import Limits

@@ -57,6 +57,11 @@ class Bindings:
 _bindings: Bindings | None = None
 
 
+def ggml_base(lib_dir: os.PathLike) -> ctypes.CDLL:
+    """The build's libggml-base (tensor accessors, quantization); needs no llama_cpp import."""
+    return ctypes.CDLL(str(Path(lib_dir) / "libggml-base.so"))
+
+
 def load(lib_dir: os.PathLike | None = None) -> Bindings:
     """Import llama_cpp against lib_dir (or $LLAMA_CPP_LIB_PATH) and bind the extra symbols."""
     global _bindings
@@ -81,11 +86,11 @@ def load(lib_dir: os.PathLike | None = None) -> Bindings:
     get_tensor.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     get_tensor.restype = GgmlTensorP
 
-    ggml_base = ctypes.CDLL(str(path / "libggml-base.so"))
-    nbytes = ggml_base.ggml_nbytes
+    base = ggml_base(path)
+    nbytes = base.ggml_nbytes
     nbytes.argtypes = [ctypes.c_void_p]
     nbytes.restype = ctypes.c_size_t
-    get_name = ggml_base.ggml_get_name
+    get_name = base.ggml_get_name
     get_name.argtypes = [ctypes.c_void_p]
     get_name.restype = ctypes.c_char_p
 

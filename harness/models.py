@@ -33,6 +33,7 @@ import gguf
 import numpy as np
 
 from harness.layout import EXPERT_RE
+from harness.lib import ggml_base
 from harness.util import atomic_path, atomic_write_text
 
 # Weight scales (times 1/sqrt(fan_in)). With smaller matrices (0.5) a random model's residual
@@ -222,17 +223,18 @@ def write_f16(shape: Shape, seed: int, vocab_path: Path, out: Path, log=print) -
         if shape.arch == "olmoe":
             # the original OLMoE GGUF's pre-tokenizer (llama.cpp's "olmo")
             w.add_string("tokenizer.ggml.pre", "olmo")
+        sizes = []
         for name, np_shape, role in plan:
-            dtype = np.float32 if role in ("norm", "bias") else np.float16
-            nbytes = int(np.prod(np_shape)) * np.dtype(dtype).itemsize
-            w.add_tensor_info(name, np_shape, np.dtype(dtype), nbytes)
+            dtype = np.dtype(np.float32 if role in ("norm", "bias") else np.float16)
+            sizes.append(int(np.prod(np_shape)) * dtype.itemsize)
+            w.add_tensor_info(name, np_shape, dtype, sizes[-1])
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
         rng = np.random.default_rng(seed)
-        for i, (name, np_shape, role) in enumerate(plan):
+        for i, ((name, np_shape, role), nbytes) in enumerate(zip(plan, sizes, strict=True)):
             if EXPERT_RE.match(name):
-                w.write_tensor_data(_Hole(int(np.prod(np_shape)) * 2))  # filled after quantizing
+                w.write_tensor_data(_Hole(nbytes))  # filled after quantizing
             else:
                 w.write_tensor_data(_weights(rng, np_shape, role))
             if i % 25 == 0:
@@ -269,21 +271,18 @@ class GgmlQuantizer:
     llama-quantize quantizes every tensor; no importance matrix, as in llama-quantize without one."""
 
     def __init__(self, lib_dir: Path):
-        lib = ctypes.CDLL(str(lib_dir / "libggml-base.so"))
-        self._chunk = lib.ggml_quantize_chunk
+        self._chunk = ggml_base(lib_dir).ggml_quantize_chunk
         self._chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                 ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
         self._chunk.restype = ctypes.c_size_t
-        self._row_size = lib.ggml_row_size
-        self._row_size.argtypes = [ctypes.c_int, ctypes.c_int64]
-        self._row_size.restype = ctypes.c_size_t
 
-    def __call__(self, qtype: int, rows: np.ndarray) -> np.ndarray:
+    def __call__(self, qtype: gguf.GGMLQuantizationType, rows: np.ndarray) -> np.ndarray:
         """Quantize float32 rows (n_rows, n_per_row); returns (n_rows, row bytes) uint8."""
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         n_rows, n_per_row = rows.shape
-        out = np.empty((n_rows, self._row_size(qtype, n_per_row)), dtype=np.uint8)
-        n = self._chunk(qtype, rows.ctypes.data, out.ctypes.data, 0, n_rows, n_per_row, None)
+        block_elems, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        out = np.empty((n_rows, n_per_row // block_elems * type_size), dtype=np.uint8)
+        n = self._chunk(int(qtype), rows.ctypes.data, out.ctypes.data, 0, n_rows, n_per_row, None)
         if n != out.nbytes:
             raise RuntimeError(f"ggml_quantize_chunk wrote {n} bytes, expected {out.nbytes}")
         return out
@@ -298,7 +297,7 @@ def block_pool(quantizer: GgmlQuantizer, qtype: gguf.GGMLQuantizationType, n_per
     rng = np.random.default_rng([seed, int(qtype), n_per_row])
     w = rng.standard_normal((n_rows, n_per_row), dtype=np.float32)
     w *= MATRIX_SCALE / np.sqrt(n_per_row)
-    return quantizer(int(qtype), w).reshape(-1, type_size)
+    return quantizer(qtype, w).reshape(-1, type_size)
 
 
 def fill_expert_tensors(path: Path, lib_dir: Path, log=print) -> int:
@@ -319,14 +318,14 @@ def fill_expert_tensors(path: Path, lib_dir: Path, log=print) -> int:
     fd = os.open(path, os.O_WRONLY)
     try:
         for i, (name, qtype, n_per_row, offset, nbytes) in enumerate(targets):
+            type_size = gguf.GGML_QUANT_SIZES[qtype][1]
+            n_blocks = nbytes // type_size
             key = (qtype, n_per_row)
             if key not in pools:  # no bigger than one tensor: tiny models stay quick
                 pools[key] = block_pool(quantizer, qtype, n_per_row, seed,
-                                        min(EXPERT_POOL_BLOCKS, nbytes // gguf.GGML_QUANT_SIZES[qtype][1]))
+                                        min(EXPERT_POOL_BLOCKS, n_blocks))
                 log(f"models: pool of {len(pools[key])} {qtype.name} blocks for rows of {n_per_row}")
             pool = pools[key]
-            type_size = pool.shape[1]
-            n_blocks = nbytes // type_size
             rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
             for start in range(0, n_blocks, chunk_blocks):
                 idx = rng.integers(0, len(pool), min(chunk_blocks, n_blocks - start))

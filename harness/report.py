@@ -305,19 +305,16 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
     best = summ.sort_values("median", ascending=False).iloc[0] if len(summ) else None
     if best is not None:
         gap_rows = []
-        disk = runs[runs.status == "ok"].groupby("run_id").disk_read_bytes_per_token.median()
+        disk = A.summarize(runs, "disk_read_bytes_per_token").set_index("run_id")["median"]
+        compute_s = 1.0 / moe_ceiling if moe_ceiling else float("nan")
         for _, s in summ.iterrows():
-            lay = layouts.get(s.model)
+            routed = layouts[s.model]["bytes_per_token"] if s.model in layouts else float("nan")
             read = disk.get(s.run_id, float("nan"))
-            ok_bounds = bool(lay) and bool(moe_ceiling)
             gap_rows.append({
                 "run_id": s.run_id, "tok_per_s_median": s["median"],
-                "routed_bytes_per_token": lay["bytes_per_token"] if lay else float("nan"),
-                "disk_read_bytes_per_token": read,
-                "cold_bound_tok_per_s": A.io_bound_estimate(lay["bytes_per_token"], io_med,
-                                                            1.0 / moe_ceiling) if ok_bounds else float("nan"),
-                "measured_read_bound_tok_per_s": A.io_bound_estimate(read, io_med, 1.0 / moe_ceiling)
-                if ok_bounds and read == read else float("nan"),
+                "routed_bytes_per_token": routed, "disk_read_bytes_per_token": read,
+                "cold_bound_tok_per_s": A.io_bound_estimate(routed, io_med, compute_s),
+                "measured_read_bound_tok_per_s": A.io_bound_estimate(read, io_med, compute_s),
                 "moe_compute_ceiling_tok_per_s": moe_ceiling,
                 "dense_compute_ceiling_tok_per_s": dense})
         w.text("Bound = 1 / (bytes read per token / I/O ceiling + 1 / MoE compute ceiling), with the "
