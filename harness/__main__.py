@@ -38,6 +38,10 @@ def main(argv=None) -> int:
     ap.add_argument("--prefetch-threads", type=int, default=1)
     ap.add_argument("--ram-budget", help="e.g. 1.7GiB (a cgroup memory limit)")
     ap.add_argument("--read-bps", help="e.g. 150MB (a blkio/io read throttle)")
+    ap.add_argument("--write-bps", help="e.g. 150MB (a blkio/io write throttle)")
+    ap.add_argument("--read-ahead-kb", type=int, help="the device's read_ahead_kb during the run "
+                    "(restored afterwards; default: leave it)")
+    ap.add_argument("--cpu-quota", type=float, help="CPU time in CPUs (cgroup cfs quota), e.g. 0.2")
     ap.add_argument("--time-limit", type=float, default=1800)
     ap.add_argument("--manifest", default="results/build/llama.json")
     ap.add_argument("-o", "--out", required=True, help="output directory of the run's records")
@@ -63,7 +67,8 @@ def main(argv=None) -> int:
                 repeat=1)
     limits = Limits(ram_bytes=parse_size(a.ram_budget, "--ram-budget") if a.ram_budget else None,
                     read_bps=parse_size(a.read_bps, "--read-bps") if a.read_bps else None,
-                    device_path=str(model))
+                    write_bps=parse_size(a.write_bps, "--write-bps") if a.write_bps else None,
+                    read_ahead_kb=a.read_ahead_kb, cpu_quota=a.cpu_quota, device_path=str(model))
     try:
         rec = supervise.run(spec, a.out, lib_dir=manifest["lib_dir"], build=manifest, model_info=info,
                             layout_path=str(layout_path), limits=limits, time_limit_s=a.time_limit,

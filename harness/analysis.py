@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
-WIDE_SPREAD = 0.25
-MIN_REPEATS = 2  # fewer ok repeats than this on either side: no verdict  # (max-min)/median above this: too noisy to support a verdict
+WIDE_SPREAD = 0.25  # (max-min)/median above this: too noisy to support a verdict
+MIN_REPEATS = 2  # fewer ok repeats than this on either side: no verdict
 
 
 # --- the runs table ---------------------------------------------------------------------------
@@ -47,9 +47,42 @@ def run_row(record_path: Path) -> dict:
         "peak_rss_bytes": int(tok.rss_bytes.max()) if len(tok) else None,
         "peak_cgroup_bytes": rec.get("peak_cgroup_bytes"),
         "byte_accounting_ok": rec.get("summary", {}).get("byte_accounting_ok"),
-        "residency_before": rec.get("residency_at_start"),
+        "residency_at_start": rec.get("residency_at_start"),
+        **box_columns(rec, gen, per),
         "start_utc": rec.get("start_utc"), "end_utc": rec.get("end_utc"),
         "record": str(record_path),
+    }
+
+
+def box_columns(rec: dict, gen: pd.DataFrame, per) -> dict:
+    """The conditions the run was measured under and what the kernel did beside it."""
+    lim = rec.get("limits_in_force", {})
+    moments = rec.get("summary", {}).get("model_moments", {})
+    box = rec.get("box", {})
+    dev = box.get("counters_delta", {}).get("device", {})
+    damon = box.get("damon_applied_during_run", {})
+    advice = (rec.get("build") or {}).get("file_advice") or {}
+    cg_read = per("cgroup_read_bytes") if "cgroup_read_bytes" in gen else float("nan")
+    routed = per("bytes_routed")
+    nan = float("nan")
+    return {
+        "read_ahead_kb": lim.get("read_ahead_kb"),
+        "fadvise": ",".join(advice.get("posix_fadvise", [])) or None,
+        "cpu_quota": lim.get("cpu_quota"), "write_bps_limit": lim.get("write_bps"),
+        "residency_decode_start": moments.get("before_first_decode", {}).get("residency"),
+        "load_read_bytes": (moments["after_load"]["cgroup_read_bytes"]
+                            - moments["before_load"]["cgroup_read_bytes"])
+        if {"after_load", "before_load"} <= set(moments) else None,
+        "first_token_s": float(gen.wall_s.iloc[0]) if len(gen) else nan,
+        "cgroup_read_bytes_per_token": cg_read if cg_read >= 0 else nan,
+        # the bytes the disk really delivered for each byte of routed expert weights
+        "read_amplification": cg_read / routed if cg_read >= 0 and routed > 0 else nan,
+        "dirtied_bytes_per_token": per("dirtied_bytes") if "dirtied_bytes" in gen else nan,
+        "cgroup_write_bytes_per_token": (per("cgroup_write_bytes") if "cgroup_write_bytes" in gen
+                                         else nan),
+        "device_read_bytes": dev.get("read_bytes"), "device_write_bytes": dev.get("write_bytes"),
+        "damon_pageout_bytes": damon.get("pageout", {}).get("sz_applied"),
+        "damon_applied_bytes": sum(v.get("sz_applied", 0) for v in damon.values()) if damon else None,
     }
 
 
@@ -101,6 +134,22 @@ def verdict_faster(a: pd.Series, b: pd.Series) -> str:
     if a.max() < b.min():
         return FAILS
     return INCONCLUSIVE
+
+
+def writes_share_the_disk(runs: pd.DataFrame, share: float = 0.5) -> tuple[bool, str]:
+    """Did the runs' own cgroup write (and so get throttled for) the pages they dirtied? On cgroup
+    v1 buffered writeback is issued from the root cgroup, so the run's cgroup sees almost none."""
+    dirtied = runs.get("dirtied_bytes_per_token", pd.Series(dtype=float)).median()
+    written = runs.get("cgroup_write_bytes_per_token", pd.Series(dtype=float)).median()
+    if pd.isna(dirtied) or pd.isna(written):
+        return False, "write counters not recorded"
+    if dirtied <= 0:
+        return False, "the runs dirtied no pages"
+    frac = written / dirtied
+    if frac >= share:
+        return True, f"the run's cgroup wrote {frac:.0%} of the bytes it dirtied"
+    return False, (f"writeback not throttled: the run's cgroup wrote {frac:.1%} of the "
+                   f"{dirtied / 1e6:.0f} MB/token it dirtied (cgroup v1 flushers write from root)")
 
 
 # --- routing ----------------------------------------------------------------------------------

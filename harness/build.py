@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -244,4 +245,18 @@ def ensure_build(build_cfg: dict, jobs: int, log=print) -> dict:
     source = prepare_source(build_cfg["source"], cache_dir, log)
     manifest = build(source, cache_dir, jobs, tuple(build_cfg.get("extra_cmake_flags", [])), log)
     manifest["source_tree"] = str(source.path)
+    manifest["file_advice"] = file_advice(source.path)
     return manifest
+
+
+def file_advice(tree: Path) -> dict:
+    """What this llama.cpp tells the kernel about a model file it maps, read from its source (the
+    kernel offers no way to query a file's advice): POSIX_FADV_SEQUENTIAL doubles the device's
+    read-ahead window for every fault on the mapping; MAP_POPULATE and POSIX_MADV_WILLNEED make
+    the load read the whole file."""
+    src = (Path(tree) / "src" / "llama-mmap.cpp").read_text(errors="replace")
+    fadv = sorted(set(re.findall(r"posix_fadvise\(fd, 0, 0, POSIX_FADV_(\w+)\)", src)))
+    return {"source": "src/llama-mmap.cpp", "posix_fadvise": fadv,
+            "map_populate_on_load": "MAP_POPULATE" in src,
+            "madv_willneed_on_load": "POSIX_MADV_WILLNEED" in src,
+            "read_ahead_multiplier": 2 if "SEQUENTIAL" in fadv else 1}

@@ -127,6 +127,9 @@ def check_run_values(config: dict, entry: str, vals: dict) -> None:
     for k in ("tokens", "repeats", "threads"):
         if not isinstance(vals.get(k), int) or isinstance(vals.get(k), bool) or vals[k] < 1:
             raise ConfigError(f"{where}.{k}: {vals.get(k)!r} must be a whole number >= 1")
+    if not isinstance(vals.get("prompt"), str) or not vals["prompt"].strip():
+        raise ConfigError(f"{where}.prompt: {vals.get('prompt')!r} is empty; the run decodes from a "
+                          "prompt of at least one non-blank character")
     if vals.get("lru_budget_mb", 0) < 0:
         raise ConfigError(f"{where}.lru_budget_mb: {vals['lru_budget_mb']} is negative")
 
@@ -137,7 +140,7 @@ def check(config: dict) -> list[RunSpec]:
         raise ConfigError(f"config: profile: {config.get('profile')!r} is not one of the profiles: "
                           f"{', '.join(config.get('profiles', {}))}")
     for name, prof in config["profiles"].items():
-        for k in ("ram_budget", "read_bps"):
+        for k in ("ram_budget", "read_bps", "write_bps"):
             if prof.get(k) is not None:
                 parse_size(prof[k], f"profiles.{name}.{k}")
     for name, m in config.get("models", {}).items():
@@ -188,17 +191,20 @@ def _check_ram_budgets(config: dict) -> None:
                               f"{mname}'s non-expert tensors (at least {need} bytes)")
 
 
-def profile_limits(config: dict, device_path: str, *, ram: bool = True):
-    """The Limits of the configured machine profile (ram=False: the disk cap only)."""
+def profile_limits(config: dict, device_path: str, *, ram: bool = True, cpu_quota: float | None = None):
+    """The Limits of the configured machine profile (ram=False: no RAM budget). cpu_quota: the
+    profile's CPU quota in CPUs, as calibrated (harness.calibrate) or given in the profile."""
     from harness.limits import Limits
 
     name = config["profile"]
     prof = config["profiles"][name]
     rb = prof.get("ram_budget")
-    bps = prof.get("read_bps")
+    bps, wbps = prof.get("read_bps"), prof.get("write_bps")
     return Limits(ram_bytes=parse_size(rb, f"profiles.{name}.ram_budget") if (ram and rb is not None)
                   else None,
                   read_bps=parse_size(bps, f"profiles.{name}.read_bps") if bps is not None else None,
+                  write_bps=parse_size(wbps, f"profiles.{name}.write_bps") if wbps is not None else None,
+                  cpu_quota=cpu_quota, read_ahead_kb=prof.get("read_ahead_kb"),
                   device_path=device_path, allow_unenforced=bool(prof.get("allow_unenforced", False)))
 
 
@@ -216,3 +222,12 @@ def validate_config(config: dict) -> list[RunSpec]:
     except WorkflowError as exc:
         raise ConfigError(f"config: {exc}") from None
     return check(config)
+
+
+def cpu_quota_of(quota_json: str | None) -> float | None:
+    """The CPU quota in force (CPUs) from the cpu_quota rule's output."""
+    if not quota_json:
+        return None
+    import json
+
+    return json.loads(Path(quota_json).read_text()).get("cpu_quota")

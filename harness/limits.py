@@ -1,19 +1,30 @@
 """Kernel-enforced limits for one measurement: a fresh cgroup per run (v2 or v1).
 
 RAM budget: cgroup v2 memory.max / v1 memory.limit_in_bytes (page cache, mlocked and anonymous
-memory all count). Disk throttle: v2 io.max rbps / v1 blkio.throttle.read_bps_device on the
-block device under the model's filesystem. The cgroup is removed in `close()`, which callers
-run in a `finally` so it also happens when the measured process is killed.
+memory all count). Disk throttle: v2 io.max rbps/wbps / v1 blkio.throttle.{read,write}_bps_device
+on the block device under the model's filesystem. CPU: v2 cpu.max / v1 cpu.cfs_quota_us, in CPUs
+(0.25 = a quarter of one core's time per period, shared by all threads). Read-ahead: the device's
+read_ahead_kb (harness.box), set before the measured process opens the model. Everything is undone
+in `close()`, which callers run in a `finally` so it also happens when the measured process is
+killed.
+
+On cgroup v1, buffered writeback is issued by the kernel's flusher threads from the root blkio
+cgroup, so a run's write throttle only sees writes the run issues itself (O_DIRECT, fsync in its own
+context); the record keeps the cgroup's and the whole device's write bytes side by side so the
+difference is visible.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from harness.box import BoxError, DeviceReadahead
 
 CGROOT = Path("/sys/fs/cgroup")
 PARENT = "moe-offload-bench"
@@ -46,7 +57,8 @@ def reap_stale() -> list[Path]:
     """Remove run cgroups left by a supervisor that was killed before its cleanup (their name
     carries the creator's pid). Empty cgroups only: a live measurement is never touched."""
     removed = []
-    for parent in (CGROOT / "memory" / PARENT, CGROOT / "blkio" / PARENT, CGROOT / PARENT):
+    for parent in (CGROOT / "memory" / PARENT, CGROOT / "blkio" / PARENT, CGROOT / "cpu" / PARENT,
+                   CGROOT / PARENT):
         if not parent.is_dir():
             continue
         for d in parent.glob("run-*"):
@@ -68,6 +80,16 @@ class Limits:
     read_bps: int | None = None
     device_path: str | None = None  # a file on the filesystem to throttle
     allow_unenforced: bool = False
+    write_bps: int | None = None
+    cpu_quota: float | None = None  # CPUs' worth of time per period (cfs quota / period)
+    read_ahead_kb: int | None = None  # None: the device's own value, recorded
+
+    @property
+    def device(self) -> str:
+        return block_device_of(self.device_path or ".")
+
+
+CPU_PERIOD_US = 100_000
 
 
 @dataclass
@@ -77,11 +99,13 @@ class RunCgroup:
     dirs: dict = field(default_factory=dict)  # controller -> path
     in_force: dict = field(default_factory=dict)
     name: str = ""
+    readahead: DeviceReadahead | None = None
 
     def open(self) -> RunCgroup:
         reap_stale()
         lim = self.limits
-        wanted = lim.ram_bytes is not None or lim.read_bps is not None
+        wanted = any(v is not None for v in (lim.ram_bytes, lim.read_bps, lim.write_bps,
+                                              lim.cpu_quota, lim.read_ahead_kb))
         self.version = cgroup_version()
         self.name = f"run-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
@@ -91,13 +115,23 @@ class RunCgroup:
                 self._open_v1()
             elif wanted:
                 raise LimitError("no writable cgroup hierarchy at /sys/fs/cgroup")
-        except (OSError, LimitError) as exc:
+            self._apply_read_ahead()
+        except (OSError, LimitError, BoxError) as exc:
             self.close()
             if wanted and not lim.allow_unenforced:
                 raise LimitError(f"cannot enforce the machine profile's limits ({exc}); set "
                                  "profile.allow_unenforced: true to run without them") from exc
-            self.in_force = {"ram_bytes": None, "read_bps": None, "error": str(exc)}
+            self.in_force = {"ram_bytes": None, "read_bps": None, "write_bps": None,
+                             "cpu_quota": None, "error": str(exc)}
+            with contextlib.suppress(OSError, ValueError):
+                self.in_force["read_ahead_kb"] = DeviceReadahead(lim.device, None).current_kb()
         return self
+
+    def _apply_read_ahead(self) -> None:
+        """The device's read-ahead for this run; always recorded, set only when the profile says."""
+        self.readahead = DeviceReadahead(self.limits.device, self.limits.read_ahead_kb).apply()
+        self.in_force.update(self.readahead.in_force())
+        self.in_force["read_ahead_requested_kb"] = self.limits.read_ahead_kb
 
     def _mk(self, controller_root: Path) -> Path:
         parent = controller_root / PARENT
@@ -117,11 +151,19 @@ class RunCgroup:
                 (mem / "memory.swappiness").write_text("0")
         blk = self._mk(CGROOT / "blkio")
         self.dirs["blkio"] = blk
-        if lim.read_bps is not None:
-            dev = block_device_of(lim.device_path or ".")
-            (blk / "blkio.throttle.read_bps_device").write_text(f"{dev} {lim.read_bps}")
-            self.in_force["read_bps"] = lim.read_bps
-            self.in_force["device"] = dev
+        for key, name in (("read_bps", "read_bps_device"), ("write_bps", "write_bps_device")):
+            if getattr(lim, key) is not None:
+                (blk / f"blkio.throttle.{name}").write_text(f"{lim.device} {getattr(lim, key)}")
+                self.in_force[key] = getattr(lim, key)
+                self.in_force["device"] = lim.device
+        if lim.cpu_quota is not None:
+            cpu = self._mk(CGROOT / "cpu")
+            self.dirs["cpu"] = cpu
+            (cpu / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+            (cpu / "cpu.cfs_quota_us").write_text(str(round(lim.cpu_quota * CPU_PERIOD_US)))
+            self.in_force["cpu_quota"] = int((cpu / "cpu.cfs_quota_us").read_text()) / CPU_PERIOD_US
+            self.in_force["cpu_quota_us_per_period"] = [
+                int((cpu / "cpu.cfs_quota_us").read_text()), CPU_PERIOD_US]
         self.in_force["cgroup"] = "v1"
 
     def _open_v2(self):
@@ -129,8 +171,8 @@ class RunCgroup:
         parent = CGROOT / PARENT
         parent.mkdir(exist_ok=True)
         with contextlib.suppress(OSError):
-            (CGROOT / "cgroup.subtree_control").write_text("+memory +io")
-            (parent / "cgroup.subtree_control").write_text("+memory +io")
+            (CGROOT / "cgroup.subtree_control").write_text("+memory +io +cpu")
+            (parent / "cgroup.subtree_control").write_text("+memory +io +cpu")
         d = parent / self.name
         d.mkdir()
         self.dirs["unified"] = d
@@ -138,11 +180,16 @@ class RunCgroup:
             (d / "memory.max").write_text(str(lim.ram_bytes))
             (d / "memory.swap.max").write_text("0") if (d / "memory.swap.max").exists() else None
             self.in_force["ram_bytes"] = lim.ram_bytes
-        if lim.read_bps is not None:
-            dev = block_device_of(lim.device_path or ".")
-            (d / "io.max").write_text(f"{dev} rbps={lim.read_bps}")
-            self.in_force["read_bps"] = lim.read_bps
-            self.in_force["device"] = dev
+        caps = [f"{k}={getattr(lim, key)}" for k, key in (("rbps", "read_bps"), ("wbps", "write_bps"))
+                if getattr(lim, key) is not None]
+        if caps:
+            (d / "io.max").write_text(f"{lim.device} {' '.join(caps)}")
+            self.in_force.update(read_bps=lim.read_bps, write_bps=lim.write_bps, device=lim.device)
+        if lim.cpu_quota is not None:
+            (d / "cpu.max").write_text(f"{round(lim.cpu_quota * CPU_PERIOD_US)} {CPU_PERIOD_US}")
+            quota, period = (d / "cpu.max").read_text().split()
+            self.in_force["cpu_quota"] = int(quota) / int(period)
+            self.in_force["cpu_quota_us_per_period"] = [int(quota), int(period)]
         self.in_force["cgroup"] = "v2"
 
     @property
@@ -185,7 +232,25 @@ class RunCgroup:
                         return True
         return False
 
+    def io_bytes(self) -> dict:
+        """Bytes this cgroup read from and wrote to block devices so far (-1 where unknown)."""
+        return read_io_bytes(self.io_stat_file)
+
+    def cpu_stat(self) -> dict:
+        """CPU time used and time throttled by the quota (ns), where the cgroup has a cpu dir."""
+        d = self.dirs.get("cpu") or self.dirs.get("unified")
+        out = {}
+        if d is None:
+            return out
+        with contextlib.suppress(OSError):
+            for line in (d / "cpu.stat").read_text().splitlines():
+                k, _, v = line.partition(" ")
+                out[k] = int(v)
+        return out
+
     def close(self) -> None:
+        if self.readahead is not None:
+            self.readahead.restore()
         for d in self.dirs.values():
             for _ in range(50):
                 try:
@@ -206,3 +271,20 @@ class RunCgroup:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def read_io_bytes(io_stat_file: str | None) -> dict:
+    """{'read': bytes, 'write': bytes} from a v1 blkio.throttle.io_service_bytes or v2 io.stat file;
+    -1 each when there is no such file."""
+    if not io_stat_file:
+        return {"read": -1, "write": -1}
+    try:
+        text = Path(io_stat_file).read_text()
+    except OSError:
+        return {"read": -1, "write": -1}
+    if io_stat_file.endswith("io.stat"):
+        return {"read": sum(int(m) for m in re.findall(r"rbytes=(\d+)", text)),
+                "write": sum(int(m) for m in re.findall(r"wbytes=(\d+)", text))}
+    rows = [f for f in map(str.split, text.splitlines()) if len(f) == 3]
+    return {"read": sum(int(f[2]) for f in rows if f[1] == "Read"),
+            "write": sum(int(f[2]) for f in rows if f[1] == "Write")}

@@ -124,7 +124,10 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
     w.table("machine", pd.DataFrame([{**machine, "profile": config["profile"],
                                       "ram_budget_bytes": limits.get("ram_bytes"),
                                       "read_bps_limit": limits.get("read_bps"),
+                                      "write_bps_limit": limits.get("write_bps"),
+                                      "cpu_quota": limits.get("cpu_quota"),
                                       "cgroup": limits.get("cgroup")}]), "harness_run")
+    _box_section(w, all_runs, records, inputs)
     w.text("## Models\n")
     w.table("models", pd.DataFrame([{
         "model": k, "synthetic": v.get("synthetic"), "quant": v.get("quant"), "shape": v.get("shape"),
@@ -140,14 +143,20 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
     io_med = float(io_t.mb_per_s.median())
     comp = pd.DataFrame([
         {"measurement": "dense cold", "model": compute["dense_model"],
-         "tok_per_s": compute["dense_cold"].get("tok_per_s")},
+         "tok_per_s": compute["dense_cold"].get("tok_per_s"), "cpu_quota": compute.get("cpu_quota")},
         {"measurement": "dense warm", "model": compute["dense_model"],
-         "tok_per_s": compute["dense_warm"].get("tok_per_s")},
-        {"measurement": "MoE fully cached, no RAM budget", "model": compute["moe_model"],
-         "tok_per_s": compute["moe_warm"].get("tok_per_s")}])
-    w.text("Compute: llama-bench `-p 0 -n N -r 1 --no-warmup`.\n")
+         "tok_per_s": compute["dense_warm"].get("tok_per_s"), "cpu_quota": compute.get("cpu_quota")},
+        {"measurement": "MoE fully cached, no RAM budget, --repack 0 (the harness's kernels)",
+         "model": compute["moe_model"], "tok_per_s": compute["moe_warm"].get("tok_per_s"),
+         "cpu_quota": compute.get("cpu_quota")},
+        {"measurement": "MoE fully cached, no RAM budget, default repack",
+         "model": compute["moe_model"],
+         "tok_per_s": (compute.get("moe_warm_default_repack") or {}).get("tok_per_s"),
+         "cpu_quota": compute.get("cpu_quota")}])
+    w.text("Compute: llama-bench `-p 0 -n N -r 1 --no-warmup`, under the CPU quota in force.\n")
     comp_t = w.table("compute_ceiling", comp, "compute_ceiling")
     moe_ceiling = comp_t.tok_per_s.iloc[2]
+    _quota_section(w, inputs, comp_t)
 
     # configurations side by side, plus stock baselines
     w.text("## Every configuration (median of repeats, min-max)\n")
@@ -157,12 +166,25 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
     faults = A.summarize(all_runs, "majflt_per_token")[["run_id", "median"]].rename(
         columns={"median": "majflt_per_token"})
     summ = summ.merge(faults, on="run_id", how="left")
+    for col in ("read_amplification", "residency_decode_start", "first_token_s"):
+        summ = summ.merge(A.summarize(all_runs, col)[["run_id", "median"]].rename(
+            columns={"median": col}), on="run_id", how="left")
     summ["synthetic"] = summ["synthetic"].astype(bool)
     w.table("summary", summ[["run_id", "synthetic", "quant", "mechanism", "mlock_non_expert",
                                       "log_experts", "tokens", "n", "median", "min", "max", "wide_spread",
-                                      "majflt_per_token", "statuses"]].rename(
+                                      "majflt_per_token", "read_amplification", "statuses"]].rename(
         columns={"median": "tok_per_s_median", "min": "tok_per_s_min", "max": "tok_per_s_max"}),
         "runs_table, findings")
+    w.text("Read amplification: bytes the run's cgroup read from disk per generated token divided "
+           "by the routed expert bytes per token, with the read-ahead in force (table above).\n")
+    w.text("### What the first token sees\n")
+    w.text("llama.cpp's mmap load maps the file with MAP_POPULATE and POSIX_MADV_WILLNEED, so the "
+           "load reads the model inside the run's RAM budget and decoding starts with part of it "
+           "cached. Share of the model file resident right before the first decode (median over "
+           "repeats) and the first generated token's time beside the median token's:\n")
+    first = summ[["run_id", "residency_decode_start", "first_token_s", "median"]].copy()
+    first["median_token_s"] = 1.0 / first.pop("median")
+    w.table("first_token", first, "runs_table, findings")
     base_rows = []
     for p in inputs.baselines:
         b = json.loads(Path(p).read_text())
@@ -343,17 +365,25 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
         v = A.verdict_faster(sel.tok_per_s, base7.tok_per_s)
         # the study's claim: mlock is faster, the other two are slower
         claim = v if label == "mlock" else _invert(v)
+        note = ""
+        if label == "write-in-place":
+            shared, note = A.writes_share_the_disk(sel)
+            if not shared:  # the claim's cause (writes competing with reads) cannot happen here
+                claim = A.INCONCLUSIVE
         rows7.append({"change": label, "tok_per_s_median": sel.tok_per_s.median(),
                       "baseline_pread_madvise_median": base7.tok_per_s.median(),
                       "majflt_per_token": sel.majflt_per_token.median(),
                       "baseline_majflt_per_token": base7.majflt_per_token.median(),
-                      "verdict": claim})
+                      "verdict": claim, "note": note})
     if rows7:
         r7 = w.table("finding7_switches", pd.DataFrame(rows7), "findings")
         v7 = A.HOLDS if all(r7.verdict == A.HOLDS) else (
             A.FAILS if any(r7.verdict == A.FAILS) else A.INCONCLUSIVE)
         w.text(f"**Verdict: {v7}** (rule: mlock's repeats all faster than plain pread+madvise and "
-               "the other two all slower; any reversal fails it).\n")
+               "the other two all slower; any reversal fails it. Write-in-place is judged only where "
+               "its writeback was throttled like its reads: the study's cause is write traffic "
+               "sharing the disk with reads, and on cgroup v1 the kernel's flusher threads write "
+               "from the root cgroup, outside the run's throttle).\n")
         verdicts.append(("7", v7))
     else:
         verdicts.append(("7", A.INCONCLUSIVE))
@@ -423,3 +453,53 @@ def _trace_run(runs: pd.DataFrame, model: str):
     cand = cand.assign(_not_none=cand.mechanism != "none")
     return cand.sort_values(["tokens_completed", "_not_none", "repeat"],
                             ascending=[False, True, True]).iloc[0]
+
+
+def _box_section(w: Writer, runs: pd.DataFrame, records: list, inputs) -> None:
+    """The kernel's conditions beside every run: read-ahead, file advice, DAMON, THP, writeback."""
+    w.text("### The box beside the runs\n")
+    w.text("Every run record carries these; the table shows each run's values (median over its "
+           "repeats). `read_ahead_kb` is the models' device read-ahead in force; llama.cpp's "
+           "`posix_fadvise` advice on the file doubles it for faults on the mapping. "
+           "`damon_pageout_bytes` is what the host's DAMON `pageout` scheme (not ours to change) "
+           "reclaimed machine-wide during the run; `dirtied` bytes are page-cache pages the run "
+           "made dirty, `cgroup_write` what its own cgroup wrote to disk, `device_write` what the "
+           "whole disk wrote.\n")
+    cols = ["read_ahead_kb", "fadvise", "cpu_quota", "damon_pageout_bytes", "device_read_bytes",
+            "device_write_bytes", "dirtied_bytes_per_token", "cgroup_write_bytes_per_token"]
+    have = [c for c in cols if c in runs]
+    if have:
+        g = runs.groupby("run_id")
+        t = pd.concat([g[c].median() if pd.api.types.is_numeric_dtype(runs[c]) else g[c].first()
+                       for c in have], axis=1).reset_index()
+        w.table("box_conditions", t, "harness_run")
+    rec = next((r for r in records if r.get("box")), None)
+    if rec:
+        damon = rec["box"].get("damon", [])
+        rows = [{"kdamond": k["kdamond"], "state": k["state"], "operations": c.get("operations"),
+                 "action": sc.get("action"),
+                 "min_age_aggregations": (sc.get("access_pattern", {}).get("age", {}) or {}).get("min"),
+                 "aggr_us": c.get("intervals_us", {}).get("aggr_us")}
+                for k in damon for c in k["contexts"] for sc in c["schemes"]]
+        thp = rec["box"].get("thp", {})
+        w.text(f"Transparent huge pages: enabled `{thp.get('enabled')}`, defrag "
+               f"`{thp.get('defrag')}`.\n")
+        if rows:
+            w.text("DAMON on this host (recorded, never changed by the pipeline). A `pageout` scheme "
+                   "evicts regions idle for its minimum age, machine-wide and outside the run's "
+                   "cgroup: it can evict the model's page cache between a configuration's layers "
+                   "and tokens, more the slower the configuration, and cannot touch mlocked pages, "
+                   "so it may add to the gain of mlock.\n")
+            w.table("damon", pd.DataFrame(rows), "harness_run")
+
+
+def _quota_section(w: Writer, inputs, comp_t: pd.DataFrame) -> None:
+    quota_path = getattr(inputs, "quota", None)
+    if not quota_path:
+        return
+    q = json.loads(Path(quota_path).read_text())
+    w.text(f"CPU quota in force: **{q.get('cpu_quota')}** CPUs ({q.get('how')}).\n")
+    if q.get("steps"):
+        w.text(f"Calibration toward {q.get('target_tok_s')} tok/s on the dense model "
+               f"(llama-bench, warm), each step one measurement:\n")
+        w.table("cpu_quota_calibration", pd.DataFrame(q["steps"]), "cpu_quota")

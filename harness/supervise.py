@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from harness import pagecache
+from harness.box import BoxRecord
 from harness.limits import Limits, RunCgroup
 from harness.machine import machine_info
 from harness.mechanisms import needs_scratch_copy
@@ -137,6 +138,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
         env = dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir)
         record.update(start_utc=utcnow(), residency_before=res_before,
                       residency_at_start=res_after_evict)
+        box = BoxRecord(cg.in_force.get("device")).begin()
         t0 = time.monotonic()
         with open(work / "worker.log", "w") as wlog:
             proc = subprocess.Popen([sys.executable, "-m", "harness.worker", str(work / "params.json")],
@@ -147,6 +149,10 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
         record["end_utc"] = utcnow()
         record["exit_code"] = rc
         record["peak_cgroup_bytes"] = cg.peak_bytes()
+        # what else the kernel did on this box during the run (DAMON, writeback, device bytes)
+        record["box"] = box.finish()
+        record["cgroup_io_bytes"] = cg.io_bytes()
+        record["cgroup_cpu_stat"] = cg.cpu_stat()
         oom = cg.oom_killed()
         if timed_out:
             status = STATUS_TIME
@@ -169,13 +175,15 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
         record["summary"] = summary
         record["limits_in_force"] = cg.in_force
         record["limits_requested"] = {"ram_bytes": limits.ram_bytes, "read_bps": limits.read_bps,
+                                      "write_bps": limits.write_bps, "cpu_quota": limits.cpu_quota,
+                                      "read_ahead_kb": limits.read_ahead_kb,
                                       "time_limit_s": time_limit_s}
         record["model"] = {k: model_info.get(k) for k in ("name", "path", "sha256", "synthetic", "seed",
                                                           "quant", "source")}
         record["model_sha256_after"] = sha256_file(model_path)
         record["model_unchanged"] = record["model_sha256_after"] == model_info.get("sha256")
         record["build"] = {k: build.get(k) for k in ("commit", "patch_sha256", "cmake_flags", "key",
-                                                     "source_kind")}
+                                                     "source_kind", "file_advice")}
         record["machine"] = machine_info()
         if status == STATUS_FAILED:
             tail = "\n".join(log_text.splitlines()[-15:])

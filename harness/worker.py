@@ -20,13 +20,15 @@ from pathlib import Path
 import numpy as np
 
 from harness import lib as hlib
+from harness import pagecache
 from harness import mechanisms as mech
 from harness.layout import Layout
+from harness.limits import read_io_bytes
 
 TOPK_PREFIX = b"ffn_moe_topk-"
 TOKEN_FIELDS = ["index", "phase", "n_tokens", "token_id", "wall_s", "majflt", "minflt", "pread_s",
                 "madvise_s", "other_prefetch_s", "bytes_prefetched", "bytes_routed", "disk_read_bytes",
-                "cgroup_read_bytes", "rss_bytes", "t_unix"]
+                "cgroup_read_bytes", "rss_bytes", "t_unix", "dirtied_bytes", "cgroup_write_bytes"]
 EXPERT_FIELDS = ["token", "layer", "rank", "expert"]
 
 
@@ -58,25 +60,23 @@ def find_mapping(path: str) -> tuple[int, int, int]:
     return best
 
 
-def read_proc_io() -> int:
+def read_proc_io() -> dict:
+    """This process's /proc/self/io: read_bytes (block reads it caused) and write_bytes (page-cache
+    pages it dirtied, written back later by whoever flushes them)."""
+    out = {"read_bytes": 0, "write_bytes": 0}
     with open("/proc/self/io") as f:
         for line in f:
-            if line.startswith("read_bytes:"):
-                return int(line.split()[1])
-    return 0
+            k, _, v = line.partition(":")
+            if k in out:
+                out[k] = int(v)
+    return out
 
 
-def read_cgroup_read_bytes(io_stat_file: str | None) -> int:
-    """Bytes the run's cgroup read from block devices (v1 blkio or v2 io.stat file), or -1."""
-    if not io_stat_file:
-        return -1
-    try:
-        text = Path(io_stat_file).read_text()
-    except OSError:
-        return -1
-    if io_stat_file.endswith("io.stat"):
-        return sum(int(m) for m in re.findall(r"rbytes=(\d+)", text))
-    return sum(int(f[2]) for f in map(str.split, text.splitlines()) if len(f) == 3 and f[1] == "Read")
+def model_moment(model_path: str, io_stat: str | None) -> dict:
+    """Residency of the model file and the cgroup's read bytes at one moment of the run."""
+    io = read_io_bytes(io_stat)
+    return {"residency": pagecache.residency(model_path), "cgroup_read_bytes": io["read"],
+            "t_unix": time.time()}
 
 
 def rss_bytes() -> int:
@@ -157,9 +157,12 @@ def run(params: dict) -> dict:
     L = b.llama_cpp
     model_path = params["model_path"]  # the scratch copy for write-in-place
 
+    io_stat = params.get("cgroup_io_stat")
+    moments = {"before_load": model_moment(model_path, io_stat)}
     t_load = time.time()
     model = load_mmap_model(L, model_path)
     load_s = time.time() - t_load
+    moments["after_load"] = model_moment(model_path, io_stat)
 
     start, length, moff = find_mapping(model_path)
     base = start - moff
@@ -215,7 +218,9 @@ def run(params: dict) -> dict:
 
     tokens_part = open(out / "tokens.csv.part", "w", buffering=1)
     tokens_part.write(",".join(TOKEN_FIELDS) + "\n")
-    io_stat = params.get("cgroup_io_stat")
+    # what the first decode sees: llama.cpp's load maps the file with MAP_POPULATE and
+    # POSIX_MADV_WILLNEED, so part of the model is cached before any token
+    moments["before_first_decode"] = model_moment(model_path, io_stat)
     generated = []
     mismatches = 0
     routed_total = prefetched_total = 0
@@ -231,13 +236,13 @@ def run(params: dict) -> dict:
         hook.routed = []
         c0 = mechanism.c.__dict__.copy()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
-        io0, cg0 = read_proc_io(), read_cgroup_read_bytes(io_stat)
+        io0, cg0 = read_proc_io(), read_io_bytes(io_stat)
         t0 = time.perf_counter()
         rc = L.llama_decode(ctx, batch)
         mechanism.drain()
         wall = time.perf_counter() - t0
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
-        io1, cg1 = read_proc_io(), read_cgroup_read_bytes(io_stat)
+        io1, cg1 = read_proc_io(), read_io_bytes(io_stat)
         if hook.error is not None:
             raise WorkerError(f"routing hook failed: {hook.error!r}") from hook.error
         if rc != 0:
@@ -259,8 +264,11 @@ def run(params: dict) -> dict:
         row = [index, "prompt" if index < 0 else "gen", n, token_id, f"{wall:.6f}",
                ru1.ru_majflt - ru0.ru_majflt, ru1.ru_minflt - ru0.ru_minflt,
                f"{c1['pread_s'] - c0['pread_s']:.6f}", f"{c1['madvise_s'] - c0['madvise_s']:.6f}",
-               f"{c1['other_s'] - c0['other_s']:.6f}", prefetched, routed, io1 - io0,
-               (cg1 - cg0) if cg0 >= 0 else -1, rss_bytes(), f"{time.time():.3f}"]
+               f"{c1['other_s'] - c0['other_s']:.6f}", prefetched, routed,
+               io1["read_bytes"] - io0["read_bytes"],
+               (cg1["read"] - cg0["read"]) if cg0["read"] >= 0 else -1, rss_bytes(),
+               f"{time.time():.3f}", io1["write_bytes"] - io0["write_bytes"],
+               (cg1["write"] - cg0["write"]) if cg0["write"] >= 0 else -1]
         tokens_part.write(",".join(map(str, row)) + "\n")
         if index >= 0:
             generated.append(token_id)
@@ -286,6 +294,7 @@ def run(params: dict) -> dict:
         "generated_tokens": generated,
         "generated_text": b"".join(pieces).decode("utf-8", "replace"),
         "load_s": load_s,
+        "model_moments": moments,
         "mlocked_bytes": locked_bytes,
         "mlocked_tensors": locked_count,
         "hook_calls": hook.calls,

@@ -83,6 +83,11 @@ BAD = {
     "negative LRU budget": (_set(["experiments", "lru", "lru_budget_mb"], [-1]), "lru_budget_mb"),
     "listing a key that cannot be listed": (_set(["experiments", "madvise", "prompt"], ["a", "b"]),
                                             "prompt"),
+    "empty prompt": (_set(["experiments", "madvise", "prompt"], ""), "madvise.prompt: '' is empty"),
+    "whitespace-only prompt": (_set(["defaults", "prompt"], " \t\n"), ".prompt: ' \\t\\n' is empty"),
+    "negative read-ahead": (_set(["profiles", "seed-box", "read_ahead_kb"], -1), "read_ahead_kb"),
+    "zero CPU quota": (_set(["profiles", "seed-box", "cpu_quota"], 0), "cpu_quota"),
+    "unparseable write cap": (_set(["profiles", "seed-box", "write_bps"], "lots"), "'lots' is not a size"),
 }
 
 

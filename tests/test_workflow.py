@@ -64,7 +64,7 @@ def test_final_has_results_plots_and_one_record_per_run(pipeline):
     # no two measurements overlap in time
     spans = sorted(zip(runs.start_utc, runs.end_utc, strict=True))
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
-    assert (runs.residency_before < 0.01).all()
+    assert (runs.residency_at_start < 0.01).all()
     # the longest routing trace feeds findings 2/3; the findings' speed tables hold only the
     # default-length runs, so the longer pread+madvise run is not mixed into its baseline
     text = (final / "RESULTS.md").read_text()

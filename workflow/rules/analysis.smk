@@ -35,6 +35,7 @@ rule findings:
         records=all_run_records,
         io="results/ceilings/io.csv",
         compute="results/ceilings/compute.json",
+        quota=CPU_QUOTA,
         baselines=expand("results/baselines/{model}.json", model=BASELINE_MODELS),
         layouts=expand("results/models/{model}.layout.json", model=LAYOUT_MODELS),
         infos=expand("results/models/{model}.json", model=LAYOUT_MODELS),

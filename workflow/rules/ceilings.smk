@@ -2,6 +2,25 @@
 # the profile's kernel limits. Every measurement takes all cores so nothing runs beside it.
 
 
+rule cpu_quota:
+    input:
+        manifest=MANIFEST,
+        dense="results/models/{}.gguf".format(config["ceilings"]["dense_model"]),
+    output:
+        CPU_QUOTA,
+    params:
+        tokens=config["ceilings"].get("bench_tokens", 32),
+        config=PROFILE_CONFIG,
+        dense_model=config["ceilings"]["dense_model"],
+    log:
+        "logs/cpu_quota.log",
+    conda:
+        "../../envs/pipeline.yaml"
+    threads: workflow.cores
+    script:
+        "../scripts/cpu_quota.py"
+
+
 rule io_ceiling:
     output:
         report(
@@ -12,6 +31,7 @@ rule io_ceiling:
         ),
     input:
         models=expand("results/models/{model}.json", model=LAYOUT_MODELS),
+        quota=CPU_QUOTA,
     params:
         samples=config["ceilings"].get("io_samples_mib", [1024, 512, 1024]),
         config=PROFILE_CONFIG,
@@ -29,6 +49,7 @@ rule compute_ceiling:
         "results/ceilings/compute.json",
     input:
         manifest=MANIFEST,
+        quota=CPU_QUOTA,
         dense="results/models/{}.gguf".format(config["ceilings"]["dense_model"]),
         moe="results/models/{}.gguf".format(config["ceilings"]["moe_model"]),
     params:
@@ -50,6 +71,7 @@ rule stock_baseline:
         "results/baselines/{model}.json",
     input:
         manifest=MANIFEST,
+        quota=CPU_QUOTA,
         gguf="results/models/{model}.gguf",
     params:
         # as many tokens as the harness runs decode, so the stock tool is compared like for like

@@ -21,6 +21,7 @@ BASELINE_MODELS = list(config["ceilings"].get("baseline_models", []))
 LAYOUT_MODELS = sorted(set(RUN_MODELS) | set(BASELINE_MODELS)
                        | {config["ceilings"]["dense_model"], config["ceilings"]["moe_model"]})
 MANIFEST = "results/build/llama.json"
+CPU_QUOTA = "results/ceilings/cpu_quota.json"
 # Only the profile in force goes into measurement rules' params: editing experiments must not
 # re-trigger ceilings or finished runs through Snakemake's params provenance.
 PROFILE_CONFIG = {

@@ -17,6 +17,7 @@ for _round in range(1, MAX_REPEATS + 1):
             experts=f"results/runs/{{run_id}}/rep{_round}/experts.csv",
         input:
             manifest=MANIFEST,
+            quota=CPU_QUOTA,
             model=run_model_file,
             info=run_model_info,
             layout=run_model_layout,

@@ -7,25 +7,35 @@ from pathlib import Path  # noqa: E402
 
 from harness import pagecache  # noqa: E402
 from harness.ceilings import llama_bench  # noqa: E402
-from harness.config import profile_limits  # noqa: E402
+from harness.config import cpu_quota_of, profile_limits  # noqa: E402
 from harness.util import atomic_write_json  # noqa: E402
 
 cfg = snakemake.params.config
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
 threads = cfg["profiles"][cfg["profile"]]["threads"]
-bench = lambda model, limits: llama_bench(  # noqa: E731
-    manifest["llama_bench"], model, threads, snakemake.params.tokens, "mmap", limits,
-    manifest["lib_dir"], sys.stderr)
-limits = profile_limits(cfg, snakemake.input.dense)
+quota = cpu_quota_of(snakemake.input.quota)
+
+
+def bench(model, limits, extra=()):
+    return llama_bench(manifest["llama_bench"], model, threads, snakemake.params.tokens, "mmap",
+                       limits, manifest["lib_dir"], sys.stderr, extra)
+
+
+limits = profile_limits(cfg, snakemake.input.dense, cpu_quota=quota)
 # dense model: cold (evicted), then warm straight after, as the study did
 pagecache.cold_start(snakemake.input.dense)
 dense_cold = bench(snakemake.input.dense, limits)
 dense_warm = bench(snakemake.input.dense, limits)
-# the MoE model's own compute ceiling: no RAM budget, fully cached
+# the MoE model's own compute ceiling: no RAM budget, fully cached. --repack 0 is the harness's
+# own kernels (it loads with use_extra_bufts off); the default repack is shown beside it.
+moe_limits = profile_limits(cfg, snakemake.input.moe, ram=False, cpu_quota=quota)
 pagecache.warm(snakemake.input.moe)
-moe_warm = bench(snakemake.input.moe, profile_limits(cfg, snakemake.input.moe, ram=False))
+moe_warm = bench(snakemake.input.moe, moe_limits, ("--repack", "0"))
+moe_warm_repack = bench(snakemake.input.moe, moe_limits)
 atomic_write_json(snakemake.output[0], {
     "dense_model": snakemake.params.dense_model, "moe_model": snakemake.params.moe_model,
+    "cpu_quota": quota,
     "dense_cold": dense_cold, "dense_warm": dense_warm, "moe_warm": moe_warm,
+    "moe_warm_default_repack": moe_warm_repack,
     "build": {k: manifest[k] for k in ("commit", "patch_sha256", "key")},
 })

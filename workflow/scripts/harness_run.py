@@ -6,7 +6,7 @@ import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from harness import supervise  # noqa: E402
-from harness.config import profile_limits  # noqa: E402
+from harness.config import cpu_quota_of, profile_limits  # noqa: E402
 
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
 info = json.loads(Path(snakemake.input.info).read_text())
@@ -14,5 +14,6 @@ spec = dict(snakemake.params.spec, repeat=snakemake.params.repeat,
             profile=snakemake.params.config["profile"])
 supervise.run(spec, Path(snakemake.output.record).parent, lib_dir=manifest["lib_dir"], build=manifest,
               model_info=info, layout_path=snakemake.input.layout,
-              limits=profile_limits(snakemake.params.config, snakemake.input.model),
+              limits=profile_limits(snakemake.params.config, snakemake.input.model,
+                                   cpu_quota=cpu_quota_of(snakemake.input.quota)),
               time_limit_s=spec["time_limit_s"], log=lambda s: print(s, file=sys.stderr))

@@ -7,11 +7,12 @@ from pathlib import Path  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.ceilings import io_ceiling  # noqa: E402
-from harness.config import profile_limits  # noqa: E402
+from harness.config import cpu_quota_of, profile_limits  # noqa: E402
 from harness.util import atomic_path  # noqa: E402
 
 models_dir = Path(snakemake.input.models[0]).parent
-limits = profile_limits(snakemake.params.config, str(models_dir))
+limits = profile_limits(snakemake.params.config, str(models_dir),
+                        cpu_quota=cpu_quota_of(snakemake.input.quota))
 rows = io_ceiling(models_dir, snakemake.params.samples, limits, log=lambda s: print(s, file=sys.stderr))
 with atomic_path(snakemake.output[0]) as tmp:
     pd.DataFrame(rows).to_csv(tmp, index=False)

@@ -7,13 +7,13 @@ from pathlib import Path  # noqa: E402
 
 from harness import pagecache  # noqa: E402
 from harness.ceilings import llama_bench  # noqa: E402
-from harness.config import profile_limits  # noqa: E402
+from harness.config import cpu_quota_of, profile_limits  # noqa: E402
 from harness.util import atomic_write_json  # noqa: E402
 
 cfg = snakemake.params.config
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
 threads = cfg["profiles"][cfg["profile"]]["threads"]
-limits = profile_limits(cfg, snakemake.input.gguf)
+limits = profile_limits(cfg, snakemake.input.gguf, cpu_quota=cpu_quota_of(snakemake.input.quota))
 records = []
 # What a user would run instead of the harness. By default llama-bench repacks Q4_K weights into
 # anonymous memory, which a RAM budget under the model cannot hold (measured: OOM-killed at 1.7 GiB

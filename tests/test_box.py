@@ -1,0 +1,142 @@
+"""The box beside the run: read-ahead set and restored (also after kill -9), the host's DAMON,
+device and VM counters recorded, and the CPU quota calibration."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness import box
+from harness.calibrate import calibrate
+from harness.limits import Limits, RunCgroup, block_device_of, cgroup_version
+
+needs_cgroups = pytest.mark.skipif(cgroup_version() is None, reason="no cgroup hierarchy")
+
+
+def other_value(orig: int) -> int:
+    return 64 if orig != 64 else 256
+
+
+@pytest.fixture
+def device(tmp_path):
+    dev = block_device_of(tmp_path)
+    ra = box.read_ahead_file(dev)
+    orig = int(ra.read_text())
+    yield dev, orig
+    ra.write_text(str(orig))  # whatever happened, the device goes back
+
+
+@needs_cgroups
+def test_read_ahead_is_in_force_inside_and_restored_after(device, tmp_path):
+    dev, orig = device
+    want = other_value(orig)
+    code = f"print(open('{box.read_ahead_file(dev)}').read().strip())"
+    with RunCgroup(Limits(read_ahead_kb=want, device_path=str(tmp_path))) as cg:
+        seen = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              preexec_fn=cg.enter).stdout.strip()
+        assert cg.in_force["read_ahead_kb"] == want
+        assert cg.in_force["device_original_kb"] == orig
+    assert int(seen) == want
+    assert box.DeviceReadahead(dev, None).current_kb() == orig
+    assert not box.DeviceReadahead(dev, None).state_file.exists()
+
+
+@needs_cgroups
+def test_read_ahead_left_by_a_killed_run_is_restored_by_the_next(device, tmp_path):
+    dev, orig = device
+    want = other_value(orig)
+    code = ("import sys,time\nfrom harness.limits import Limits, RunCgroup\n"
+            f"cg = RunCgroup(Limits(read_ahead_kb={want}, device_path={str(tmp_path)!r})).open()\n"
+            "print('ready', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    os.kill(proc.pid, signal.SIGKILL)  # no finally runs
+    proc.wait()
+    assert box.DeviceReadahead(dev, None).current_kb() == want  # left changed
+    state = json.loads(box.DeviceReadahead(dev, None).state_file.read_text())
+    assert state["original_kb"] == orig and state["pid"] == proc.pid
+    # the next measurement, whatever it wants, first puts the original back
+    with RunCgroup(Limits(device_path=str(tmp_path))) as cg:
+        assert cg.in_force["restored_leftover"]["original_kb"] == orig
+        assert cg.in_force["read_ahead_kb"] == orig  # native: the device's own value, recorded
+    assert box.DeviceReadahead(dev, None).current_kb() == orig
+
+
+def test_read_ahead_held_by_a_live_process_is_an_error(device, tmp_path, monkeypatch):
+    dev, _ = device
+    monkeypatch.setattr(box, "STATE_DIR", tmp_path / "state")
+    (tmp_path / "state").mkdir()
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        box.DeviceReadahead(dev, None).state_file.write_text(
+            json.dumps({"device": dev, "original_kb": 128, "pid": sleeper.pid}))
+        with pytest.raises(box.BoxError, match="live process"):
+            box.DeviceReadahead(dev, 128).apply()
+    finally:
+        sleeper.kill()
+
+
+def test_damon_applied_counts_each_schemes_bytes_between_snapshots():
+    def snap(sz, nr):
+        return [{"kdamond": 0, "state": "on", "contexts": [{"schemes": [
+            {"index": 0, "action": "pageout", "stats": {"sz_applied": sz, "nr_applied": nr,
+                                                        "sz_tried": 10 * sz}}]}]}]
+
+    d = box.damon_applied(snap(1000, 3), snap(5096, 7))
+    assert d == {"pageout": {"sz_applied": 4096, "nr_applied": 4, "sz_tried": 40960}}
+    assert box.damon_applied(snap(5, 1), snap(5, 1))["pageout"]["sz_applied"] == 0
+
+
+def test_box_record_sees_device_bytes_written(tmp_path):
+    dev = block_device_of(tmp_path)
+    rec = box.BoxRecord(dev).begin()
+    with open(tmp_path / "w.bin", "wb") as f:
+        f.write(os.urandom(32 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    out = rec.finish()
+    assert out["counters_delta"]["device"]["write_bytes"] >= 32 << 20
+    assert out["thp"]["enabled"] is None or "[" in out["thp"]["enabled"]
+    for k in out["damon"]:  # this machine's DAMON, as it is (nothing here changes it)
+        assert k["state"] in ("on", "off")
+
+
+@needs_cgroups
+def test_cpu_quota_holds_a_busy_process_to_its_share(tmp_path):
+    code = "import time\nt=time.time()\nwhile time.time()-t<1.5: pass\n"
+    with RunCgroup(Limits(cpu_quota=0.25, device_path=str(tmp_path))) as cg:
+        t0 = time.process_time()
+        subprocess.run([sys.executable, "-c", code], preexec_fn=cg.enter)
+        stat = cg.cpu_stat()
+        assert cg.in_force["cpu_quota"] == 0.25
+    assert time.process_time() - t0 < 1.0
+    # 1.5 s of wall time at a quarter of a CPU: about 0.4 s of CPU, throttled most periods
+    assert stat.get("nr_throttled", 0) >= 5, stat
+
+
+def test_calibration_finds_the_quota_of_a_linear_machine():
+    calls = []
+
+    def measure(q):
+        calls.append(q)
+        return 20.0 * (2.0 if q is None else q) / 2.0
+
+    res = calibrate(measure, 2.0, cpus=2)
+    assert res["within_tolerance"] and abs(res["cpu_quota"] - 0.2) < 0.01
+    assert calls[0] is None and len(calls) == 2
+
+
+def test_calibration_corrects_a_machine_that_is_not_linear():
+    res = calibrate(lambda q: 20.0 * ((2.0 if q is None else q) / 2.0) ** 0.6, 2.0, cpus=2)
+    assert res["within_tolerance"]
+    assert abs(20.0 * (res["cpu_quota"] / 2.0) ** 0.6 / 2.0 - 1) <= 0.05
+    assert len(res["steps"]) > 2
+
+
+def test_calibration_gives_no_quota_when_the_machine_is_already_slower():
+    res = calibrate(lambda q: 1.5, 2.0, cpus=2)
+    assert res["cpu_quota"] is None and "not above" in res["reason"]

@@ -1,0 +1,38 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+import json  # noqa: E402
+import logging  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from harness import pagecache  # noqa: E402
+from harness.calibrate import calibrate  # noqa: E402
+from harness.ceilings import llama_bench  # noqa: E402
+from harness.config import profile_limits  # noqa: E402
+from harness.supervise import utcnow  # noqa: E402
+from harness.util import atomic_write_json  # noqa: E402
+
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+cfg = snakemake.params.config
+prof = cfg["profiles"][cfg["profile"]]
+manifest = json.loads(Path(snakemake.input.manifest).read_text())
+out = {"profile": cfg["profile"], "start_utc": utcnow(), "dense_model": snakemake.params.dense_model}
+if prof.get("cpu_quota") is not None:
+    out.update(cpu_quota=prof["cpu_quota"], how="fixed by the profile")
+elif prof.get("compute_target_tok_s") is None:
+    out.update(cpu_quota=None, how="no CPU limit in the profile")
+else:
+    pagecache.warm(snakemake.input.dense)
+
+    def measure(quota):
+        rec = llama_bench(manifest["llama_bench"], snakemake.input.dense, prof["threads"],
+                          snakemake.params.tokens, "mmap",
+                          profile_limits(cfg, snakemake.input.dense, cpu_quota=quota),
+                          manifest["lib_dir"], sys.stderr)
+        return rec["tok_per_s"]
+
+    out.update(calibrate(measure, prof["compute_target_tok_s"], cpus=prof["threads"]),
+               how="calibrated: llama-bench decode of the dense model, warm, under the profile")
+out["end_utc"] = utcnow()
+atomic_write_json(snakemake.output[0], out)
