@@ -200,6 +200,12 @@ def thp_settings() -> dict:
     return {k: _read(THP / k) for k in ("enabled", "defrag", "shmem_enabled")}
 
 
+def sched_settings() -> dict:
+    """Host scheduler settings that shape a CPU quota's effect (see limits.CPU_PERIOD_US)."""
+    v = _read(Path("/proc/sys/kernel/sched_cfs_bandwidth_slice_us"))
+    return {"sched_cfs_bandwidth_slice_us": int(v) if v and v.isdigit() else None}
+
+
 def device_stat(major_minor: str) -> dict:
     """Whole-disk counters (/sys/block/<dev>/stat): bytes read and written since boot."""
     f = (_read(whole_disk(major_minor) / "stat") or "").split()
@@ -243,7 +249,7 @@ class BoxRecord:
 
     def begin(self) -> BoxRecord:
         self.start = {"counters": counters(self.device), "damon": damon_snapshot(),
-                      "thp": thp_settings()}
+                      "thp": thp_settings(), "sched": sched_settings()}
         return self
 
     def finish(self) -> dict:
@@ -251,6 +257,7 @@ class BoxRecord:
         damon_end = damon_snapshot()
         return {
             "thp": self.start.get("thp"),
+            "sched": self.start.get("sched"),
             "damon": damon_end,
             "damon_applied_during_run": damon_applied(self.start.get("damon", []), damon_end),
             "counters_delta": delta(self.start.get("counters", {}), end_counters),

@@ -20,9 +20,9 @@ UNITS = {None: 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 # keys an experiment may vary; every one is a harness parameter
 RUN_KEYS = ("model", "mechanism", "mlock_non_expert", "log_experts", "threads", "prompt", "tokens",
-            "repeats", "lru_budget_mb", "prefetch_threads", "time_limit_s")
+            "repeats", "lru_budget_mb", "prefetch_threads", "time_limit_s", "evict_after_load")
 SWEEPABLE = ("model", "mechanism", "mlock_non_expert", "log_experts", "threads", "tokens",
-             "lru_budget_mb", "prefetch_threads")
+             "lru_budget_mb", "prefetch_threads", "evict_after_load")
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9._+-]*$")
 
 
@@ -60,6 +60,7 @@ class RunSpec:
     lru_budget_mb: int
     prefetch_threads: int
     time_limit_s: float
+    evict_after_load: bool = False
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -112,7 +113,8 @@ def expand(config: dict) -> list[RunSpec]:
                                 tokens=int(vals["tokens"]), repeats=int(vals["repeats"]),
                                 lru_budget_mb=int(vals.get("lru_budget_mb", 0)),
                                 prefetch_threads=int(vals.get("prefetch_threads", 1)),
-                                time_limit_s=float(vals["time_limit_s"])))
+                                time_limit_s=float(vals["time_limit_s"]),
+                                evict_after_load=bool(vals.get("evict_after_load", False))))
     return runs
 
 

@@ -118,7 +118,15 @@ class Layout:
         return cls(json.loads(Path(path).read_text()))
 
     def slabs(self, layer: int, expert: int) -> list[Slab]:
-        return [Slab(base + expert * per, per) for base, per, _ in self.by_layer.get(layer, ())]
+        """The gate/up/down byte ranges of one expert; a layer or expert id the model does not have
+        is an error (a misread routing tensor must never prefetch some other offset)."""
+        rows = self.by_layer.get(layer)
+        if rows is None:
+            raise IndexError(f"layer {layer}: the model has MoE layers {min(self.by_layer, default=0)}"
+                             f"..{max(self.by_layer, default=-1)}")
+        if not 0 <= expert < self.n_expert:
+            raise IndexError(f"layer {layer}: expert id {expert} is outside 0..{self.n_expert - 1}")
+        return [Slab(base + expert * per, per) for base, per, _ in rows]
 
     def slab_bytes(self, layer: int) -> int:
         return sum(per for _, per, _ in self.by_layer.get(layer, ()))

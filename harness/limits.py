@@ -89,7 +89,14 @@ class Limits:
         return block_device_of(self.device_path or ".")
 
 
-CPU_PERIOD_US = 100_000
+# The CFS period of a CPU quota. Each CPU's run queue draws quota from the cgroup's pool in slices
+# of the host's sched_cfs_bandwidth_slice_us (5 ms here, recorded, not ours to change): with a
+# quota of only a few slices per period one CPU can take it all while the other thread waits at
+# a barrier, and tok/s stops being monotone in the quota (measured on the dense model, 2 threads,
+# 20 ms period: 0.106 CPUs 0.08 tok/s, 0.229 3.9, 0.263 2.7; 100 ms: a step from 1.25 tok/s at
+# 0.126 CPUs to 3.4 at 0.195). At 250 ms a quota of ~0.12 CPUs is ~6 slices and the rate is smooth
+# (0.10 -> 1.88, 0.12 -> 2.06, 0.15 -> 2.67 tok/s), and a 0.5 s token still spans two periods.
+CPU_PERIOD_US = 250_000
 
 
 @dataclass

@@ -132,7 +132,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
             "mlock_non_expert": spec["mlock_non_expert"], "mechanism": spec["mechanism"],
             "mechanism_options": spec.get("mechanism_options", {}), "prompt": spec["prompt"],
             "tokens": spec["tokens"], "threads": spec["threads"], "log_experts": spec["log_experts"],
-            "cgroup_io_stat": cg.io_stat_file,
+            "cgroup_io_stat": cg.io_stat_file, "evict_after_load": spec.get("evict_after_load", False),
         }
         (work / "params.json").write_text(json.dumps(params, indent=2))
         env = dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir)

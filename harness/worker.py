@@ -28,7 +28,8 @@ from harness.limits import read_io_bytes
 TOPK_PREFIX = b"ffn_moe_topk-"
 TOKEN_FIELDS = ["index", "phase", "n_tokens", "token_id", "wall_s", "majflt", "minflt", "pread_s",
                 "madvise_s", "other_prefetch_s", "bytes_prefetched", "bytes_routed", "disk_read_bytes",
-                "cgroup_read_bytes", "rss_bytes", "t_unix", "dirtied_bytes", "cgroup_write_bytes"]
+                "cgroup_read_bytes", "rss_bytes", "t_unix", "dirtied_bytes", "cgroup_write_bytes",
+                "bytes_missing", "bytes_missing_after", "bytes_read", "hook_s"]
 EXPERT_FIELDS = ["token", "layer", "rank", "expert"]
 
 
@@ -84,14 +85,24 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * mech.PAGE
 
 
+GGML_TYPE_I32 = 26
+
+
 class RoutingHook:
     """The cb_eval callback. It is asked about every graph node, so the `ask` path compares a
-    13-byte name prefix and nothing else."""
+    13-byte name prefix and nothing else.
+
+    On each `ffn_moe_topk-<layer>` it checks the tensor is what the layout expects (int32 ids,
+    contiguous rows of n_expert_used, ids in range), measures with mincore how many of the routed
+    slabs' bytes are not resident, hands the layer's unique experts to the mechanism, and measures
+    again: the bytes a mechanism could have needed to read, and what it left missing."""
 
     NAME_OFF = hlib.GgmlTensor.name.offset
 
     def __init__(self, mechanism: mech.Mechanism, log_experts: bool, expert_sink):
         self.mechanism = mechanism
+        self.layout = mechanism.layout
+        self.residency = mech.Residency(mechanism.model)
         self.log_experts = log_experts
         self.sink = expert_sink
         self.token = 0  # index of the first token of the batch being decoded
@@ -99,18 +110,45 @@ class RoutingHook:
         self.calls = 0
         self.layers_seen = 0
         self.routed = []  # (layer, unique experts) of the current decode
+        self.missing = self.missing_after = 0  # bytes, this decode
+        self.hook_s = 0.0  # time in this callback's observing path (mechanism excluded)
         self.error: BaseException | None = None
+
+    def check(self, tensor, layer: int) -> None:
+        lay = self.layout
+        problems = []
+        if tensor.type != GGML_TYPE_I32:
+            problems.append(f"type {tensor.type}, expected I32 ({GGML_TYPE_I32})")
+        if tensor.nb[0] != 4:
+            problems.append(f"nb[0] = {tensor.nb[0]}, expected 4")
+        if tensor.ne[0] != lay.n_expert_used:
+            problems.append(f"ne[0] = {tensor.ne[0]}, expected n_expert_used = {lay.n_expert_used}")
+        if tensor.nb[1] < 4 * tensor.ne[0]:
+            problems.append(f"row stride nb[1] = {tensor.nb[1]} under a row of {tensor.ne[0]} ids")
+        if not 1 <= tensor.ne[1] <= self.batch_n:
+            problems.append(f"{tensor.ne[1]} rows for a batch of {self.batch_n} tokens")
+        if layer not in lay.by_layer:
+            problems.append(f"layer {layer} is not a MoE layer of the layout")
+        if problems:
+            raise ValueError(f"ffn_moe_topk-{layer}: " + "; ".join(problems))
+
+    def missing_bytes(self, layer: int, experts: list[int]) -> int:
+        return sum(self.residency.missing_bytes(sl.offset, sl.nbytes) for e in experts
+                   for sl in self.layout.slabs(layer, e))
 
     def __call__(self, t, ask, _user_data):
         try:
             if ask:
                 return ctypes.string_at(t + self.NAME_OFF, 13) == TOPK_PREFIX
+            t0 = time.perf_counter()
             tensor = hlib.GgmlTensor.from_address(t)
             name = tensor.name
             if not name.startswith(TOPK_PREFIX):
                 return True
             layer = int(name[len(TOPK_PREFIX):])
+            self.check(tensor, layer)
             n_used, n_tok, row = tensor.ne[0], tensor.ne[1], tensor.nb[1]
+            n_expert = self.layout.n_expert
             unique = []
             seen = set()
             # the last layer computes only the rows whose logits are needed (the batch's last
@@ -119,6 +157,9 @@ class RoutingHook:
             for r in range(n_tok):
                 ids = (ctypes.c_int32 * n_used).from_address(tensor.data + r * row)
                 for rank, e in enumerate(ids):
+                    if not 0 <= e < n_expert:
+                        raise ValueError(f"ffn_moe_topk-{layer}: token row {r} routes to expert "
+                                         f"{e}, outside 0..{n_expert - 1}")
                     if self.log_experts:
                         self.sink.write(f"{first + r},{layer},{rank},{e}\n")
                     if e not in seen:
@@ -126,11 +167,25 @@ class RoutingHook:
                         unique.append(e)
             self.calls += 1
             self.routed.append((layer, unique))
+            self.missing += self.missing_bytes(layer, unique)
+            t1 = time.perf_counter()
             self.mechanism.on_route(layer, unique)
+            t2 = time.perf_counter()
+            self.missing_after += self.missing_bytes(layer, unique)
+            self.hook_s += (t1 - t0) + (time.perf_counter() - t2)
             return True
         except BaseException as exc:  # an exception must not unwind through C; stop the decode
             self.error = exc
             return False
+
+
+def evict_experts(mapped: mech.MappedModel, fd: int) -> None:
+    """Page every expert tensor out of memory: reclaim this mapping's pages (MADV_PAGEOUT), then
+    drop the now unmapped page cache (FADV_DONTNEED)."""
+    for x in mapped.layout.data["expert_tensors"]:
+        nbytes = x["bytes_per_expert"] * x["n_expert"]
+        mech.madvise(mapped.base + x["base_offset"], nbytes, mech.MADV_PAGEOUT)
+        os.posix_fadvise(fd, x["base_offset"], nbytes, os.POSIX_FADV_DONTNEED)
 
 
 def load_mmap_model(L, model_path: str):
@@ -192,6 +247,8 @@ def run(params: dict) -> dict:
             locked_bytes += t["bytes"]
             locked_count += 1
 
+    if params.get("evict_after_load"):
+        evict_experts(mapped, fd)
     vocab = L.llama_model_get_vocab(model)
     prompt = params["prompt"].encode()
     buf = (L.llama_token * (len(prompt) + 16))()
@@ -234,7 +291,9 @@ def run(params: dict) -> dict:
         batch = L.llama_batch_get_one(arr, n)
         hook.token, hook.batch_n = pos, n
         hook.routed = []
-        c0 = mechanism.c.__dict__.copy()
+        hook.missing = hook.missing_after = 0
+        hook.hook_s = 0.0
+        c0 = mechanism.counters()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         io0, cg0 = read_proc_io(), read_io_bytes(io_stat)
         t0 = time.perf_counter()
@@ -251,9 +310,10 @@ def run(params: dict) -> dict:
         if not np.isfinite(logits).all():
             raise WorkerError(f"non-finite logits at token {index}")
         token_id = int(logits.argmax())  # greedy
-        c1 = mechanism.c.__dict__
+        c1 = mechanism.counters()
         routed = sum(len(ex) * layout.slab_bytes(layer) for layer, ex in hook.routed)
         prefetched = c1["bytes_prefetched"] - c0["bytes_prefetched"]
+        read = c1["bytes_read"] - c0["bytes_read"]
         routed_total += routed
         prefetched_total += prefetched
         if mechanism.prefetches and prefetched != routed:
@@ -268,7 +328,8 @@ def run(params: dict) -> dict:
                io1["read_bytes"] - io0["read_bytes"],
                (cg1["read"] - cg0["read"]) if cg0["read"] >= 0 else -1, rss_bytes(),
                f"{time.time():.3f}", io1["write_bytes"] - io0["write_bytes"],
-               (cg1["write"] - cg0["write"]) if cg0["write"] >= 0 else -1]
+               (cg1["write"] - cg0["write"]) if cg0["write"] >= 0 else -1,
+               hook.missing, hook.missing_after, read, f"{hook.hook_s:.6f}"]
         tokens_part.write(",".join(map(str, row)) + "\n")
         if index >= 0:
             generated.append(token_id)

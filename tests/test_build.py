@@ -76,4 +76,19 @@ def test_llama_cpp_loads_patched_library_and_accessor_works(manifest, tiny_model
     assert out["offs"]["no.such.tensor"] is None
     for x in m["data"]["expert_tensors"]:  # llama.cpp's own offsets equal the layout file's
         assert out["offs"][x["name"]] == x["base_offset"]
-    json.dumps(out)
+    assert len(out["offs"]) == len(names)
+
+
+def test_manifest_names_the_advice_llama_cpp_gives_the_model_file(manifest):
+    adv = manifest["file_advice"]
+    # the pinned llama.cpp calls posix_fadvise(POSIX_FADV_SEQUENTIAL) and populates on load
+    assert adv["posix_fadvise"] == ["SEQUENTIAL"] and adv["read_ahead_multiplier"] == 2
+    assert adv["map_populate_on_load"] is True
+
+
+def test_file_advice_reads_the_source_it_is_given(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "llama-mmap.cpp").write_text("posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM)\n")
+    adv = build.file_advice(tmp_path)
+    assert adv["posix_fadvise"] == ["RANDOM"] and adv["read_ahead_multiplier"] == 1
+    assert adv["map_populate_on_load"] is False

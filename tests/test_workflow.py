@@ -108,7 +108,10 @@ def test_adding_an_entry_plans_only_its_runs(pipeline):
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     out = snakemake(pipeline, "-n", "results/final").stdout
     assert re.search(r"^harness_run_rep1\s+1$", out, re.M), out[-2000:]
-    assert "results/runs/extra--" not in out or "extra" in out
+    # exactly one new measurement: the new entry's, no finished run planned again
+    outputs = " ".join(re.findall(r"^\s+output: (.*)$", out, re.M))
+    planned = set(re.findall(r"results/runs/([^/\s,]+)/rep\d+/run\.json", outputs))
+    assert planned == {"extra"}, planned
     for rule in ("build_llama", "model ", "io_ceiling", "compute_ceiling", "stock_baseline"):
         assert not re.search(rf"^{rule}\s+\d+", out, re.M), rule
 
