@@ -14,9 +14,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import pagecache, supervise  # noqa: E402
-from harness.ceilings import llama_bench  # noqa: E402
-from harness.limits import Limits  # noqa: E402
+from harness import pagecache, supervise
+from harness.ceilings import llama_bench
+from harness.limits import Limits
 
 
 def main():

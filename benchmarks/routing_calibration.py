@@ -23,12 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-import harness.models as M  # noqa: E402
-from harness import analysis as A  # noqa: E402
-from harness.layout import read_layout  # noqa: E402
-from harness.util import atomic_write_json  # noqa: E402
+import harness.models as M
+from harness import analysis as A
+from harness.layout import read_layout
+from harness.util import atomic_write_json
 
 
 def main():

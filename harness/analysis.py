@@ -110,30 +110,7 @@ def summarize(runs: pd.DataFrame, value: str = "tok_per_s") -> pd.DataFrame:
     return out.reset_index()
 
 
-# --- verdicts ---------------------------------------------------------------------------------
-
-
-def verdict_above(low: float, high: float, threshold: float, wide: bool = False, n: int = 2) -> str:
-    """Claim 'value > threshold' given its range [low, high] over n repeats."""
-    if wide or n < MIN_REPEATS or any(np.isnan(x) for x in (low, high, threshold)):
-        return INCONCLUSIVE
-    if low > threshold:
-        return HOLDS
-    if high <= threshold:
-        return FAILS
-    return INCONCLUSIVE
-
-
-def verdict_faster(a: pd.Series, b: pd.Series) -> str:
-    """Claim 'configuration a is faster than b' from their repeats: ranges must not overlap."""
-    a, b = a.dropna(), b.dropna()
-    if len(a) < MIN_REPEATS or len(b) < MIN_REPEATS:  # one sample each says nothing about noise
-        return INCONCLUSIVE
-    if a.min() > b.max():
-        return HOLDS
-    if a.max() < b.min():
-        return FAILS
-    return INCONCLUSIVE
+# --- conditions of a verdict (harness.findings holds the rules) ---------------------------
 
 
 def writes_share_the_disk(runs: pd.DataFrame, share: float = 0.5) -> tuple[bool, str]:

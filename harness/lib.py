@@ -77,7 +77,7 @@ def load(lib_dir: os.PathLike | None = None) -> Bindings:
     path = Path(os.environ["LLAMA_CPP_LIB_PATH"])
     if not (path / "libllama.so").exists():
         raise LibraryError(f"{path}/libllama.so does not exist (LLAMA_CPP_LIB_PATH)")
-    import llama_cpp.llama_cpp as llama_cpp  # noqa: PLC0415 (must follow the env variable)
+    import llama_cpp.llama_cpp as llama_cpp  # after LLAMA_CPP_LIB_PATH is set
 
     lib = llama_cpp._lib
     if not hasattr(lib, "llama_model_get_tensor"):

@@ -13,22 +13,15 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from harness import analysis as A  # noqa: E402
+from harness import analysis as A
+from harness import findings as F
+from harness import plots as P
 
 STUDY = {
-    "skew": "covering 80% of a layer's activations takes 20-33 of 64 experts (median ~25); 44-59 "
-            "distinct experts per layer in 64 tokens",
-    "locality": "adjacent tokens share 35.7% of their routed experts; 20.8% at distance 8",
-    "scaling": "Q2_K is 1.92x faster than Q4_K_M for 1.67x fewer bytes per token",
-    "faults": "Q4_K_M takes 9.3x the major faults per token of Q2_K for 1.67x the bytes",
-    "gap": "the best quant (Q2_K, 0.175-0.201 tok/s) is ~10x below the ~2.0 tok/s compute ceiling",
-    "lru": "a userspace LRU over O_DIRECT never beat the kernel page cache; 1200 MB died (RSS growth)",
-    "mlock": "mlock of the non-expert tensors +26% tok/s; write-in-place >2x slower; a background "
-             "pread thread slower (majflt x7.4)",
     "breakdown": "at the best configuration, pread 58% and compute 42% of the time per token; "
                  "madvise and logging under 0.2%",
 }
@@ -88,13 +81,6 @@ class Writer:
         self.parts.append(f"![{caption}](plots/{name}.png)\n\n*{caption}*\n")
 
 
-def _ok(runs, **eq):
-    m = runs.status == "ok"
-    for k, v in eq.items():
-        m &= runs[k] == v
-    return runs[m]
-
-
 def write_findings(inputs, outputs, config: dict, log=print) -> None:
     all_runs = pd.read_csv(inputs.runs)
     # Speed findings compare runs of the length most runs have; a longer run (the routing trace)
@@ -109,7 +95,9 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
     io = pd.read_csv(inputs.io)
     compute = json.loads(Path(inputs.compute).read_text())
     records = [json.loads(Path(p).read_text()) for p in inputs.records]
-    machine = records[0]["machine"] if records else {}
+    # every distinct machine the records name (one, unless results from elsewhere were mixed in)
+    machines = pd.DataFrame([r["machine"] for r in records]).drop_duplicates() if records else \
+        pd.DataFrame([{}])
     limits = records[0].get("limits_in_force", {}) if records else {}
     any_synth = any(i.get("synthetic") for i in infos.values())
     q4, q2 = _pair_models(config)
@@ -121,12 +109,12 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
               "original model's; routing, and so anything derived from which experts are chosen, is a "
               "random-weight model's, not OLMoE's.\n" if any_synth else "\n"))
     w.text("## Machine and limits (as measured)\n")
-    w.table("machine", pd.DataFrame([{**machine, "profile": config["profile"],
-                                      "ram_budget_bytes": limits.get("ram_bytes"),
-                                      "read_bps_limit": limits.get("read_bps"),
-                                      "write_bps_limit": limits.get("write_bps"),
-                                      "cpu_quota": limits.get("cpu_quota"),
-                                      "cgroup": limits.get("cgroup")}]), "harness_run")
+    w.table("machine", machines.assign(profile=config["profile"],
+                                       ram_budget_bytes=limits.get("ram_bytes"),
+                                       read_bps_limit=limits.get("read_bps"),
+                                       write_bps_limit=limits.get("write_bps"),
+                                       cpu_quota=limits.get("cpu_quota"),
+                                       cgroup=limits.get("cgroup")), "harness_run")
     _box_section(w, all_runs, records, inputs)
     w.text("## Models\n")
     w.table("models", pd.DataFrame([{
@@ -195,217 +183,46 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
     if base_rows:
         w.text("Stock `llama-bench` decode under the same profile (what a user would run instead):\n")
         w.table("stock_baselines", pd.DataFrame(base_rows), "stock_baseline")
-    fig, ax = plt.subplots(figsize=(9, 0.35 * len(summ) + 1.5))
-    y = np.arange(len(summ))
-    ax.barh(y, summ["median"], xerr=[summ["median"] - summ["min"], summ["max"] - summ["median"]],
-            color="tab:blue", alpha=0.8)
-    ax.set_yticks(y, summ.run_id, fontsize=7)
-    for yi, (med, st) in enumerate(zip(summ["median"], summ.statuses, strict=True)):
-        if pd.isna(med):  # no ok repeat: say why instead of drawing nothing
-            ax.text(0, yi, f" {st}", va="center", fontsize=7, color="tab:red")
-    ax.set_xlabel("tok/s (median, min-max)" + (" - synthetic models" if any_synth else ""))
-    w.plot("tok_per_s", fig, "tok/s per configuration, median of repeats with min-max")
-    fig, ax = plt.subplots(figsize=(9, 0.35 * len(summ) + 1.5))
-    ax.barh(y, summ.majflt_per_token, color="tab:red", alpha=0.8)
-    ax.set_yticks(y, summ.run_id, fontsize=7)
-    ax.set_xlabel("major faults per token (median)")
-    w.plot("majflt_per_token", fig, "major page faults per generated token")
+    P.summary_plots(w, summ, any_synth)
 
-    verdicts = []
-    # Finding 1: LRU vs the page cache
-    w.text("## Finding 1: a userspace LRU cache never beat the kernel's page cache\n")
-    w.text(f"Study: {STUDY['lru']}.\n")
-    lru = runs[runs.mechanism == "lru-odirect"]
-    pm = _ok(runs, mechanism="pread+madvise", model=q4, mlock_non_expert=False)
-    pm = pm[pm.log_experts]
-    if len(lru) and len(pm):
-        lru_t = lru.groupby("lru_budget_mb").agg(
-            tok_per_s_median=("tok_per_s", "median"), statuses=("status", lambda s: ",".join(set(s))),
-            peak_rss_bytes=("peak_rss_bytes", "max")).reset_index()
-        w.table("finding1_lru", lru_t, "harness_run")
-        v = A.verdict_faster(pm.tok_per_s, _ok(lru).tok_per_s.groupby(_ok(lru).lru_budget_mb).median())
-        verdicts.append(("1", v))
-        w.text(f"**Verdict: {v}** (rule: every LRU budget's median below the slowest pread+madvise "
-               "repeat).\n")
-    else:
-        verdicts.append(("1", A.INCONCLUSIVE))
-        w.text("**Verdict: inconclusive** (no lru-odirect or pread+madvise runs configured).\n")
-
-    # Findings 2, 3 + cache simulation from the routing trace
+    # the findings: each unit judges, this only renders
     trace_run = _trace_run(all_runs, q4)
-    n_layer = layouts[q4]["n_layer"] if q4 in layouts else 0
-    n_expert = layouts[q4]["n_expert"] if q4 in layouts else 0
-    w.text("## Finding 2: expert routing has no small hot set\n")
-    w.text(f"Study: {STUDY['skew']}.\n")
+    trace = None
     if trace_run is not None:
-        ex = pd.read_csv(Path(trace_run.record).parent / "experts.csv")
-        ex = ex[ex.token >= ex.token.min()]
-        sk = A.skew(ex)
-        w.text(f"Routing trace: run `{trace_run['run_id']}` repeat {trace_run['repeat']} "
-               f"({int(ex.token.nunique())} tokens incl. the prompt, {n_expert} experts).\n")
-        w.table("finding2_skew", sk, "harness_run")
-        frac = float(sk.experts_for_80pct.median()) / max(n_expert, 1)
-        v = A.INCONCLUSIVE if trace_run.synthetic else (A.HOLDS if frac >= 0.25 else A.FAILS)
-        verdicts.append(("2", v))
-        w.text(f"**Verdict: {v}** (rule: the median layer needs at least a quarter of its experts for "
-               "80% of activations; routing of a synthetic model is always inconclusive).\n")
-        fig, ax = plt.subplots(figsize=(8, 3))
-        im = ax.imshow(A.routing_heatmap(ex, n_layer, n_expert), aspect="auto", cmap="viridis")
-        ax.set_xlabel("expert")
-        ax.set_ylabel("layer")
-        fig.colorbar(im, ax=ax, label="activations")
-        w.plot("routing_heatmap", fig, "routing heat map: activations per layer and expert")
-        w.text("## Finding 3: token-to-token expert locality is low\n")
-        w.text(f"Study: {STUDY['locality']}.\n")
-        loc = A.locality(ex)
-        loc_t = w.table("finding3_locality", loc, "harness_run")
-        d1 = float(loc_t.shared_fraction.iloc[0]) if len(loc_t) else float("nan")
-        v = A.INCONCLUSIVE if trace_run.synthetic else (A.HOLDS if d1 < 0.5 else A.FAILS)
-        verdicts.append(("3", v))
-        w.text(f"**Verdict: {v}** (rule: adjacent tokens share under half their experts; synthetic "
-               "routing is inconclusive).\n")
-        fig, ax = plt.subplots(figsize=(6, 3))
-        ax.plot(loc.distance, loc.shared_fraction, marker="o")
-        ax.set_xlabel("token distance d")
-        ax.set_ylabel("shared routed experts")
-        w.plot("locality", fig, "share of routed experts tokens t and t+d have in common")
-        w.text("### What any expert cache could do (simulated on the trace)\n")
-        sizes = sorted({max(1, n_expert * k // 8) for k in range(1, 9)})
-        cs = A.cache_simulation(ex, sizes=sizes)
-        w.table("cache_simulation", cs, "findings")
-        fig, ax = plt.subplots(figsize=(6, 3))
-        for pol, g in cs.groupby("policy"):
-            ax.plot(g.cache_experts_per_layer, g.hit_rate, marker="o", label=pol)
-        ax.set_xlabel("cache size (experts per layer)")
-        ax.set_ylabel("hit rate")
-        ax.legend()
-        w.plot("cache_simulation", fig, "hit rate of LRU, LFU and Belady's optimum per cache size")
-    else:
-        verdicts += [("2", A.INCONCLUSIVE), ("3", A.INCONCLUSIVE)]
-        w.text("No run logged its expert activations.\n")
-
-    # Findings 4 and 5: Q4 vs Q2
-    w.text("## Finding 4: tok/s does not scale linearly with bytes per token\n")
-    w.text(f"Study: {STUDY['scaling']}.\n")
-    w.text("## Finding 5: the extra penalty is disk-driven page-fault pressure\n")
-    w.text(f"Study: {STUDY['faults']}.\n")
-    pair_rows = []
-    for mech_name in ("none", "pread+madvise"):
-        a = _ok(runs, model=q4, mechanism=mech_name, mlock_non_expert=False)
-        b = _ok(runs, model=q2, mechanism=mech_name, mlock_non_expert=False)
-        if a.empty or b.empty or q4 not in layouts or q2 not in layouts:
-            continue
-        bytes_ratio = layouts[q4]["bytes_per_token"] / layouts[q2]["bytes_per_token"]
-        speed = b.tok_per_s.median() / a.tok_per_s.median()
-        speed_lo, speed_hi = b.tok_per_s.min() / a.tok_per_s.max(), b.tok_per_s.max() / a.tok_per_s.min()
-        fa, fb = a.majflt_per_token.median(), b.majflt_per_token.median()
-        pair_rows.append({"mechanism": mech_name, "bytes_ratio_q4_over_q2": bytes_ratio,
-                          "speedup_q2_over_q4": speed, "speedup_min": speed_lo, "speedup_max": speed_hi,
-                          "majflt_q4": fa, "majflt_q2": fb,
-                          "majflt_ratio": fa / fb if fb else float("nan"),
-                          "n_q4": len(a), "n_q2": len(b)})
-    if pair_rows:
-        pr = w.table("finding4_5_scaling", pd.DataFrame(pair_rows), "findings")
-        r0 = pr.iloc[0]
-        n_pair = min(pair_rows[0]["n_q4"], pair_rows[0]["n_q2"])
-        v4 = A.verdict_above(r0.speedup_min, r0.speedup_max, r0.bytes_ratio_q4_over_q2, n=n_pair)
-        v5 = A.INCONCLUSIVE if math.isnan(r0.majflt_ratio) or n_pair < A.MIN_REPEATS else (
-            A.HOLDS if r0.majflt_ratio > r0.bytes_ratio_q4_over_q2 else A.FAILS)
-        w.text(f"**Verdict 4: {v4}** (rule: the whole min-max range of the Q2/Q4 speed-up lies above "
-               f"the bytes ratio). **Verdict 5: {v5}** (rule: the fault ratio exceeds the bytes "
-               "ratio).\n")
-        verdicts += [("4", v4), ("5", v5)]
-    else:
-        verdicts += [("4", A.INCONCLUSIVE), ("5", A.INCONCLUSIVE)]
-        w.text("No Q4/Q2 pair was run.\n")
-
-    # Finding 6: ceiling gap
-    w.text("## Finding 6: even the fastest configuration is far below the compute ceiling\n")
-    w.text(f"Study: {STUDY['gap']}.\n")
-    dense = comp_t.tok_per_s.iloc[1]
-    summ = summ[summ.run_id.isin(runs.run_id)]
-    best = summ.sort_values("median", ascending=False).iloc[0] if len(summ) else None
-    if best is not None:
-        gap_rows = []
-        disk = A.summarize(runs, "disk_read_bytes_per_token").set_index("run_id")["median"]
-        compute_s = 1.0 / moe_ceiling if moe_ceiling else float("nan")
-        for _, s in summ.iterrows():
-            routed = layouts[s.model]["bytes_per_token"] if s.model in layouts else float("nan")
-            read = disk.get(s.run_id, float("nan"))
-            gap_rows.append({
-                "run_id": s.run_id, "tok_per_s_median": s["median"],
-                "routed_bytes_per_token": routed, "disk_read_bytes_per_token": read,
-                "cold_bound_tok_per_s": A.io_bound_estimate(routed, io_med, compute_s),
-                "measured_read_bound_tok_per_s": A.io_bound_estimate(read, io_med, compute_s),
-                "moe_compute_ceiling_tok_per_s": moe_ceiling,
-                "dense_compute_ceiling_tok_per_s": dense})
-        w.text("Bound = 1 / (bytes read per token / I/O ceiling + 1 / MoE compute ceiling), with the "
-               f"median I/O sample ({sig(io_med)} MB/s): the cold bound reads every routed expert "
-               "slab from disk; the measured-read bound uses the bytes the run's cgroup actually read "
-               "from disk per token (the page cache inside the RAM budget serves the rest).\n")
-        w.table("finding6_gap", pd.DataFrame(gap_rows), "findings")
-        v6 = (A.INCONCLUSIVE if best["n"] < A.MIN_REPEATS or not moe_ceiling
-              else A.HOLDS if best["max"] < moe_ceiling / 2 else A.FAILS)
-        verdicts.append(("6", v6))
-        w.text(f"**Verdict: {v6}** (rule: the best configuration's fastest repeat is under half the "
-               "MoE model's own fully cached compute ceiling).\n")
-
-    # Finding 7: mlock, write-in-place, threadpool
-    w.text("## Finding 7: mlock wins; write-in-place and a background pread thread do not\n")
-    w.text(f"Study: {STUDY['mlock']}.\n")
-    base7 = pm
-    rows7 = []
-    for label, sel in (("mlock", _ok(runs, mechanism="pread+madvise", model=q4, mlock_non_expert=True)),
-                       ("write-in-place", _ok(runs, mechanism="write-in-place", model=q4)),
-                       ("threadpool", _ok(runs, mechanism="threadpool", model=q4))):
-        if label == "mlock":
-            sel = sel[sel.log_experts]
-        if sel.empty or base7.empty:
-            continue
-        v = A.verdict_faster(sel.tok_per_s, base7.tok_per_s)
-        # the study's claim: mlock is faster, the other two are slower
-        claim = v if label == "mlock" else _invert(v)
-        note = ""
-        if label == "write-in-place":
-            shared, note = A.writes_share_the_disk(sel)
-            if not shared:  # the claim's cause (writes competing with reads) cannot happen here
-                claim = A.INCONCLUSIVE
-        rows7.append({"change": label, "tok_per_s_median": sel.tok_per_s.median(),
-                      "baseline_pread_madvise_median": base7.tok_per_s.median(),
-                      "majflt_per_token": sel.majflt_per_token.median(),
-                      "baseline_majflt_per_token": base7.majflt_per_token.median(),
-                      "verdict": claim, "note": note})
-    if rows7:
-        r7 = w.table("finding7_switches", pd.DataFrame(rows7), "findings")
-        v7 = A.HOLDS if all(r7.verdict == A.HOLDS) else (
-            A.FAILS if any(r7.verdict == A.FAILS) else A.INCONCLUSIVE)
-        w.text(f"**Verdict: {v7}** (rule: mlock's repeats all faster than plain pread+madvise and "
-               "the other two all slower; any reversal fails it. Write-in-place is judged only where "
-               "its writeback was throttled like its reads: the study's cause is write traffic "
-               "sharing the disk with reads, and on cgroup v1 the kernel's flusher threads write "
-               "from the root cgroup, outside the run's throttle).\n")
-        verdicts.append(("7", v7))
-    else:
-        verdicts.append(("7", A.INCONCLUSIVE))
+        trace = pd.read_csv(Path(trace_run.record).parent / "experts.csv")
+    study = F.Study(runs=runs, layouts=layouts, q4=q4, q2=q2, io_mb_s=io_med,
+                    dense_ceiling=float(comp_t.tok_per_s.iloc[1]), moe_ceiling=moe_ceiling,
+                    trace=trace, trace_synthetic=bool(trace_run.synthetic) if trace_run is not None
+                    else True, n_expert=layouts.get(q4, {}).get("n_expert", 0))
+    verdicts = []
+    for finding in F.FINDINGS:
+        out = finding.evaluate(study)
+        w.text(f"## Finding {finding.number}: {finding.title}\n")
+        w.text(f"Study: {finding.claim}.\n")
+        w.text(f"Runs: {finding.needs}.\n")
+        if finding.number == "2" and trace_run is not None:
+            w.text(f"Routing trace: run `{trace_run['run_id']}` repeat {trace_run['repeat']} "
+                   f"({int(trace.token.nunique())} tokens incl. the prompt, {study.n_expert} "
+                   "experts).\n")
+        for name, table in out.tables.items():
+            if len(table):
+                w.table(name, table, "findings")
+        for note in out.notes:
+            w.text(note + "\n")
+        w.text(f"**Verdict: {out.verdict.verdict}** ({out.verdict.reason}). Rule: {finding.rule}.\n")
+        P.finding_plots(w, finding.number, study, layouts)
+        verdicts.append({"finding": finding.number, "claim": finding.title,
+                         "verdict": out.verdict.verdict, "why": out.verdict.reason})
 
     # time breakdown at the best pread configuration
     w.text("### Time breakdown at the best pread+madvise configuration\n")
     w.text(f"Study: {STUDY['breakdown']}.\n")
-    cands = summ[summ.mechanism == "pread+madvise"].sort_values("median", ascending=False)
+    cands = summ[(summ.mechanism == "pread+madvise") & summ.run_id.isin(runs.run_id)].sort_values(
+        "median", ascending=False)
     if len(cands):
         bd = A.time_breakdown(runs, cands.iloc[0].run_id)
         bd_t = w.table("time_breakdown", pd.DataFrame([bd]), "findings")
-        fig, ax = plt.subplots(figsize=(6, 2.2))
-        left = 0.0
-        for part, color in (("pread_s", "tab:orange"), ("compute_s", "tab:blue"),
-                            ("madvise_s", "tab:green"), ("other_prefetch_s", "tab:gray")):
-            val = float(bd_t[part].iloc[0])
-            ax.barh([0], [val], left=left, color=color, label=part)
-            left += val
-        ax.set_yticks([])
-        ax.set_xlabel("seconds per token (median)")
-        ax.legend(fontsize=7, ncol=4)
-        w.plot("time_breakdown", fig, f"time per token of {bd['run_id']}")
+        P.time_breakdown(w, bd_t, bd["run_id"])
         logoff = summ[(summ.mechanism == "pread+madvise") & (~summ.log_experts.astype(bool))]
         logon = summ[(summ.mechanism == "pread+madvise") & summ.log_experts.astype(bool)
                      & summ.mlock_non_expert.astype(bool)]
@@ -416,7 +233,7 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
                  "tok_per_s_median": logoff.iloc[0]["median"]}]), "findings")
 
     w.text("## Verdicts\n")
-    w.table("verdicts", pd.DataFrame([{"finding": f, "verdict": v} for f, v in verdicts]), "findings")
+    w.table("verdicts", pd.DataFrame(verdicts), "findings")
     w.text("## Caveats\n")
     w.text("- A shared, noisy machine: each number is a median of fresh-process repeats, with min-max "
            "beside it; a configuration whose spread exceeds 25% of its median is flagged `wide_spread` "
@@ -430,10 +247,6 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text("\n".join(w.parts))
     log(f"wrote {out_md}")
-
-
-def _invert(v: str) -> str:
-    return {A.HOLDS: A.FAILS, A.FAILS: A.HOLDS}.get(v, v)
 
 
 def _pair_models(config: dict) -> tuple[str, str]:
@@ -498,7 +311,13 @@ def _quota_section(w: Writer, inputs, comp_t: pd.DataFrame) -> None:
     if not quota_path:
         return
     q = json.loads(Path(quota_path).read_text())
-    w.text(f"CPU quota in force: **{q.get('cpu_quota')}** CPUs ({q.get('how')}).\n")
+    w.text(f"CPU quota in force: **{sig(q.get('cpu_quota'))}** CPUs ({q.get('how')}).\n")
+    target = q.get("target_tok_s")
+    if target:
+        dense = float(comp_t.tok_per_s.iloc[1])
+        off = dense / target - 1
+        w.text(f"Dense compute ceiling under it: {sig(dense)} tok/s, {off:+.0%} from the "
+               f"{target} tok/s target ({'within' if abs(off) <= 0.2 else 'outside'} 20%).\n")
     if q.get("steps"):
         w.text(f"Calibration toward {q.get('target_tok_s')} tok/s on the dense model "
                f"(llama-bench, warm), each step one measurement:\n")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import re
 import resource
 import sys
 import time

@@ -14,10 +14,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.build import ensure_build  # noqa: E402
-from harness.layout import read_layout  # noqa: E402
-from harness.models import SHAPES, quantize, write_f16  # noqa: E402
-from harness.util import atomic_write_json, sha256_file  # noqa: E402
+from harness.build import ensure_build
+from harness.layout import read_layout
+from harness.models import SHAPES, quantize, write_f16
+from harness.util import atomic_write_json, sha256_file
 
 
 @pytest.fixture(scope="session")

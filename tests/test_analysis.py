@@ -39,20 +39,14 @@ def test_cache_simulation_belady_beats_lru_on_a_cyclic_trace():
     assert cs.loc[(2, "lfu"), "hit_rate"] <= cs.loc[(2, "belady"), "hit_rate"]
 
 
-def test_verdict_above_both_ways():
-    assert A.verdict_above(1.8, 2.0, 1.67) == A.HOLDS
-    assert A.verdict_above(1.2, 1.6, 1.67) == A.FAILS
-    assert A.verdict_above(1.5, 1.9, 1.67) == A.INCONCLUSIVE
-    assert A.verdict_above(1.8, 2.0, 1.67, wide=True) == A.INCONCLUSIVE
-    assert A.verdict_above(1.8, 2.0, 1.67, n=1) == A.INCONCLUSIVE
-
-
-def test_verdict_faster_both_ways():
-    assert A.verdict_faster(pd.Series([3.0, 3.2]), pd.Series([2.0, 2.5])) == A.HOLDS
-    assert A.verdict_faster(pd.Series([1.0, 1.2]), pd.Series([2.0, 2.5])) == A.FAILS
-    assert A.verdict_faster(pd.Series([2.0, 3.0]), pd.Series([2.5, 2.6])) == A.INCONCLUSIVE
-    assert A.verdict_faster(pd.Series([], dtype=float), pd.Series([1.0])) == A.INCONCLUSIVE
-    assert A.verdict_faster(pd.Series([3.0]), pd.Series([1.0])) == A.INCONCLUSIVE  # one repeat each
+def test_writes_share_the_disk_only_when_the_cgroup_wrote_what_was_dirtied():
+    runs = pd.DataFrame({"dirtied_bytes_per_token": [400e6, 410e6],
+                         "cgroup_write_bytes_per_token": [0.0, 4096.0]})
+    shared, why = A.writes_share_the_disk(runs)
+    assert not shared and "not throttled" in why
+    runs["cgroup_write_bytes_per_token"] = [395e6, 405e6]
+    assert A.writes_share_the_disk(runs)[0]
+    assert not A.writes_share_the_disk(runs.assign(dirtied_bytes_per_token=0.0))[0]
 
 
 def test_summarize_median_spread_and_flag():

@@ -14,6 +14,6 @@ rule build_llama:
         "logs/build_llama.log",
     conda:
         "../../envs/pipeline.yaml"
-    threads: workflow.cores
+    threads: all_cores
     script:
         "../scripts/build_llama.py"

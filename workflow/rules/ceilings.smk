@@ -16,7 +16,7 @@ rule cpu_quota:
         "logs/cpu_quota.log",
     conda:
         "../../envs/pipeline.yaml"
-    threads: workflow.cores
+    threads: all_cores
     script:
         "../scripts/cpu_quota.py"
 
@@ -39,7 +39,7 @@ rule io_ceiling:
         "logs/io_ceiling.log",
     conda:
         "../../envs/pipeline.yaml"
-    threads: workflow.cores
+    threads: all_cores
     script:
         "../scripts/io_ceiling.py"
 
@@ -61,7 +61,7 @@ rule compute_ceiling:
         "logs/compute_ceiling.log",
     conda:
         "../../envs/pipeline.yaml"
-    threads: workflow.cores
+    threads: all_cores
     script:
         "../scripts/compute_ceiling.py"
 
@@ -81,6 +81,6 @@ rule stock_baseline:
         "logs/stock_baseline/{model}.log",
     conda:
         "../../envs/pipeline.yaml"
-    threads: workflow.cores
+    threads: all_cores
     script:
         "../scripts/stock_baseline.py"

@@ -5,7 +5,7 @@ import sys
 
 sys.path.insert(0, workflow.basedir)
 
-from harness.config import ConfigError, check  # noqa: E402
+from harness.config import ConfigError, check
 
 try:
     RUNS = {r.run_id: r for r in check(config)}
@@ -33,6 +33,12 @@ PROFILE_CONFIG = {
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)) or "NONE",
     run_id="|".join(map(re.escape, RUNS)) or "NONE",
+
+
+def all_cores(wildcards):
+    """Every measurement takes the whole machine. A function, read when a job is scheduled, so
+    that commands which schedule none (--report, --lint, --unlock) need no --cores."""
+    return workflow.cores
 
 
 def synthetic_f16_input(wildcards):

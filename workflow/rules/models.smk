@@ -11,7 +11,7 @@ rule synthetic_f16:
         "logs/synthetic_f16/{shape}-seed{seed}.log",
     conda:
         "../../envs/pipeline.yaml"
-    threads: workflow.cores
+    threads: all_cores
     script:
         "../scripts/synthetic_f16.py"
 
@@ -30,7 +30,7 @@ rule model:
         "logs/model/{model}.log",
     conda:
         "../../envs/pipeline.yaml"
-    threads: workflow.cores
+    threads: all_cores
     script:
         "../scripts/model.py"
 

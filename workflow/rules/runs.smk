@@ -30,6 +30,6 @@ for _round in range(1, MAX_REPEATS + 1):
         conda:
             "../../envs/pipeline.yaml"
         priority: MAX_REPEATS - _round + 1
-        threads: workflow.cores
+        threads: all_cores
         script:
             "../scripts/harness_run.py"

@@ -2,16 +2,16 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-import json  # noqa: E402
-import logging  # noqa: E402
-from pathlib import Path  # noqa: E402
+import json
+import logging
+from pathlib import Path
 
-from harness import pagecache  # noqa: E402
-from harness.calibrate import calibrate  # noqa: E402
-from harness.ceilings import llama_bench  # noqa: E402
-from harness.config import profile_limits  # noqa: E402
-from harness.supervise import utcnow  # noqa: E402
-from harness.util import atomic_write_json  # noqa: E402
+from harness import pagecache
+from harness.calibrate import calibrate
+from harness.ceilings import llama_bench
+from harness.config import profile_limits
+from harness.supervise import utcnow
+from harness.util import atomic_write_json
 
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
 cfg = snakemake.params.config

@@ -2,10 +2,10 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-import os  # noqa: E402
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
-from pathlib import Path  # noqa: E402
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 # results/final is the user-facing copy of results/analysis; assembled aside, renamed into place
 src = Path(snakemake.input.results).parent

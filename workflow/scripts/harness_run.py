@@ -2,11 +2,11 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-import json  # noqa: E402
-from pathlib import Path  # noqa: E402
+import json
+from pathlib import Path
 
-from harness import supervise  # noqa: E402
-from harness.config import cpu_quota_of, profile_limits  # noqa: E402
+from harness import supervise
+from harness.config import cpu_quota_of, profile_limits
 
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
 info = json.loads(Path(snakemake.input.info).read_text())

@@ -2,13 +2,13 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from harness.ceilings import io_ceiling  # noqa: E402
-from harness.config import cpu_quota_of, profile_limits  # noqa: E402
-from harness.util import atomic_path  # noqa: E402
+from harness.ceilings import io_ceiling
+from harness.config import cpu_quota_of, profile_limits
+from harness.util import atomic_path
 
 models_dir = Path(snakemake.input.models[0]).parent
 limits = profile_limits(snakemake.params.config, str(models_dir),

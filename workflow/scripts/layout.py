@@ -2,7 +2,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from harness.layout import read_layout  # noqa: E402
-from harness.util import atomic_write_json  # noqa: E402
+from harness.layout import read_layout
+from harness.util import atomic_write_json
 
 atomic_write_json(snakemake.output[0], read_layout(snakemake.input.gguf))

@@ -2,7 +2,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from harness.modelrule import make_model  # noqa: E402
+from harness.modelrule import make_model
 
 make_model(snakemake.wildcards.model, snakemake.params.spec, snakemake.input.manifest,
            snakemake.input.f16 or None, snakemake.output.gguf, snakemake.output.info,

@@ -2,8 +2,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from harness.analysis import runs_table  # noqa: E402
-from harness.util import atomic_path  # noqa: E402
+from harness.analysis import runs_table
+from harness.util import atomic_path
 
 table = runs_table(snakemake.input.records)
 with atomic_path(snakemake.output[0]) as tmp:

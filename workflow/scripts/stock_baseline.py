@@ -2,13 +2,13 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-import json  # noqa: E402
-from pathlib import Path  # noqa: E402
+import json
+from pathlib import Path
 
-from harness import pagecache  # noqa: E402
-from harness.ceilings import llama_bench  # noqa: E402
-from harness.config import cpu_quota_of, profile_limits  # noqa: E402
-from harness.util import atomic_write_json  # noqa: E402
+from harness import pagecache
+from harness.ceilings import llama_bench
+from harness.config import cpu_quota_of, profile_limits
+from harness.util import atomic_write_json
 
 cfg = snakemake.params.config
 manifest = json.loads(Path(snakemake.input.manifest).read_text())

@@ -2,10 +2,10 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-import json  # noqa: E402
-from pathlib import Path  # noqa: E402
+import json
+from pathlib import Path
 
-from harness.models import SHAPES, write_f16  # noqa: E402
+from harness.models import SHAPES, write_f16
 
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
 shape = SHAPES[snakemake.wildcards.shape]

@@ -1,0 +1,79 @@
+"""The figures of RESULTS.md, drawn from the same tables the findings rest on."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from harness import analysis as A
+
+
+def summary_plots(w, summ: pd.DataFrame, any_synth: bool) -> None:
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(summ) + 1.5))
+    y = np.arange(len(summ))
+    ax.barh(y, summ["median"], xerr=[summ["median"] - summ["min"], summ["max"] - summ["median"]],
+            color="tab:blue", alpha=0.8)
+    ax.set_yticks(y, summ.run_id, fontsize=7)
+    for yi, (med, st) in enumerate(zip(summ["median"], summ.statuses, strict=True)):
+        if pd.isna(med):  # no ok repeat: say why instead of drawing nothing
+            ax.text(0, yi, f" {st}", va="center", fontsize=7, color="tab:red")
+    ax.set_xlabel("tok/s (median, min-max)" + (" - synthetic models" if any_synth else ""))
+    w.plot("tok_per_s", fig, "tok/s per configuration, median of repeats with min-max")
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(summ) + 1.5))
+    ax.barh(y, summ.majflt_per_token, color="tab:red", alpha=0.8)
+    ax.set_yticks(y, summ.run_id, fontsize=7)
+    ax.set_xlabel("major faults per token (median)")
+    w.plot("majflt_per_token", fig, "major page faults per generated token")
+
+
+def finding_plots(w, number: str, study, layouts: dict) -> None:
+    """The figures that go with a finding (routing findings only)."""
+    ex = study.trace
+    if ex is None:
+        return
+    if number == "2":
+        lay = layouts.get(study.q4, {})
+        fig, ax = plt.subplots(figsize=(8, 3))
+        im = ax.imshow(A.routing_heatmap(ex, lay.get("n_layer", 0), lay.get("n_expert", 0)),
+                       aspect="auto", cmap="viridis")
+        ax.set_xlabel("expert")
+        ax.set_ylabel("layer")
+        fig.colorbar(im, ax=ax, label="activations")
+        w.plot("routing_heatmap", fig, "routing heat map: activations per layer and expert")
+    if number == "3":
+        loc = A.locality(ex)
+        fig, ax = plt.subplots(figsize=(6, 3))
+        ax.plot(loc.distance, loc.shared_fraction, marker="o")
+        ax.set_xlabel("token distance d")
+        ax.set_ylabel("shared routed experts")
+        w.plot("locality", fig, "share of routed experts tokens t and t+d have in common")
+        w.text("### What any expert cache could do (simulated on the trace)\n")
+        n_expert = study.n_expert
+        sizes = sorted({max(1, n_expert * k // 8) for k in range(1, 9)})
+        cs = A.cache_simulation(ex, sizes=sizes)
+        w.table("cache_simulation", cs, "findings")
+        fig, ax = plt.subplots(figsize=(6, 3))
+        for pol, g in cs.groupby("policy"):
+            ax.plot(g.cache_experts_per_layer, g.hit_rate, marker="o", label=pol)
+        ax.set_xlabel("cache size (experts per layer)")
+        ax.set_ylabel("hit rate")
+        ax.legend()
+        w.plot("cache_simulation", fig, "hit rate of LRU, LFU and Belady's optimum per cache size")
+
+
+def time_breakdown(w, bd_t: pd.DataFrame, run_id: str) -> None:
+    fig, ax = plt.subplots(figsize=(6, 2.2))
+    left = 0.0
+    for part, color in (("pread_s", "tab:orange"), ("compute_s", "tab:blue"),
+                        ("madvise_s", "tab:green"), ("other_prefetch_s", "tab:gray")):
+        val = float(bd_t[part].iloc[0])
+        ax.barh([0], [val], left=left, color=color, label=part)
+        left += val
+    ax.set_yticks([])
+    ax.set_xlabel("seconds per token (median)")
+    ax.legend(fontsize=7, ncol=4)
+    w.plot("time_breakdown", fig, f"time per token of {run_id}")

@@ -1,0 +1,155 @@
+"""Every finding's rule driven to holds, does not hold and inconclusive on hand-made tables."""
+
+import pandas as pd
+import pytest
+
+from harness import findings as F
+from harness.analysis import FAILS, HOLDS, INCONCLUSIVE
+
+Q4, Q2 = "q4", "q2"
+LAYOUTS = {Q4: {"bytes_per_token": 167, "n_layer": 2, "n_expert": 8},
+           Q2: {"bytes_per_token": 100, "n_layer": 2, "n_expert": 8}}
+
+
+def rows(run_id, tok, model=Q4, mechanism="pread+madvise", mlock=False, log=True, status="ok",
+         **cols):
+    out = []
+    for k, t in enumerate(tok, start=1):
+        r = {"run_id": run_id, "repeat": k, "model": model, "mechanism": mechanism,
+             "mlock_non_expert": mlock, "log_experts": log, "status": status, "tok_per_s": t,
+             "lru_budget_mb": 0, "peak_rss_bytes": 1, "peak_cgroup_bytes": 1,
+             "majflt_per_token": 100.0, "cgroup_read_bytes_per_token": 100e6,
+             "dirtied_bytes_per_token": 0.0, "cgroup_write_bytes_per_token": 0.0}
+        for c, v in cols.items():
+            r[c] = v[k - 1] if isinstance(v, list) else v
+        out.append(r)
+    return out
+
+
+def study(*groups, trace=None, synthetic=True, dense=2.0):
+    runs = pd.DataFrame([r for g in groups for r in g])
+    return F.Study(runs=runs, layouts=LAYOUTS, q4=Q4, q2=Q2, io_mb_s=150.0, dense_ceiling=dense,
+                   moe_ceiling=1.0, trace=trace, trace_synthetic=synthetic, n_expert=8)
+
+
+def verdict(number, st):
+    return next(f for f in F.FINDINGS if f.number == number).evaluate(st).verdict.verdict
+
+
+PM = rows("pm", [1.0, 1.05, 1.1])
+
+
+def test_decide_applies_minimum_repeats_and_spread():
+    assert F.decide(HOLDS, "x", pd.Series([1.0, 1.1])).verdict == HOLDS
+    one = F.decide(HOLDS, "x", pd.Series([1.0]))
+    assert one.verdict == INCONCLUSIVE and "1 ok repeat" in one.reason
+    wide = F.decide(FAILS, "x", pd.Series([1.0, 2.0]))
+    assert wide.verdict == INCONCLUSIVE and "spread" in wide.reason
+
+
+def test_finding1_lru_each_way():
+    def lru(budget, tok):
+        return rows(f"lru-{budget}", tok, mechanism="lru-odirect", lru_budget_mb=budget)
+
+    assert verdict("1", study(PM, lru(0, [0.5, 0.52]), lru(256, [0.4, 0.41]), lru(512, [0.3, 0.3]))) \
+        == HOLDS
+    assert verdict("1", study(PM, lru(0, [0.5, 0.52]), lru(256, [1.5, 1.55]))) == FAILS
+    assert verdict("1", study(PM, lru(0, [0.5]))) == INCONCLUSIVE  # one repeat per budget
+
+
+def trace_rows(shared):
+    """2 layers, 8 experts, 4 routed per token; `shared` experts repeat from one token to the next."""
+    out = []
+    for t in range(16):
+        for layer in range(2):
+            ex = [(t * (4 - shared) + i) % 8 for i in range(4)]
+            out += [(t, layer, r, e) for r, e in enumerate(ex)]
+    return pd.DataFrame(out, columns=["token", "layer", "rank", "expert"])
+
+
+def test_findings2_and_3_routing_each_way():
+    low, high = trace_rows(1), trace_rows(3)
+    assert verdict("3", study(PM, trace=low, synthetic=False)) == HOLDS  # 25% shared
+    assert verdict("3", study(PM, trace=high, synthetic=False)) == FAILS  # 75% shared
+    assert verdict("3", study(PM, trace=low, synthetic=True)) == INCONCLUSIVE
+    assert verdict("2", study(PM, trace=low, synthetic=False)) == HOLDS  # uniform over 8
+    hot = pd.DataFrame([(t, 0, r, r) for t in range(16) for r in range(4)],
+                       columns=["token", "layer", "rank", "expert"])  # the same 4 of 8 always
+    st = study(PM, trace=hot, synthetic=False)
+    st.n_expert = 64  # 4 of 64 cover everything: a small hot set
+    assert verdict("2", st) == FAILS
+    assert verdict("2", study(PM, trace=low, synthetic=True)) == INCONCLUSIVE
+
+
+def pair(q4_tok, q2_tok, q4_read=167e6, q2_read=100e6, q4_flt=200.0, q2_flt=100.0):
+    return (rows("pm-q4", q4_tok, cgroup_read_bytes_per_token=q4_read, majflt_per_token=q4_flt),
+            rows("pm-q2", q2_tok, model=Q2, cgroup_read_bytes_per_token=q2_read,
+                 majflt_per_token=q2_flt))
+
+
+def test_finding4_scaling_each_way():
+    assert verdict("4", study(*pair([1.0, 1.0, 1.0], [2.0, 2.1, 2.05]))) == HOLDS  # 2x > 1.67
+    assert verdict("4", study(*pair([1.0, 1.0, 1.0], [1.2, 1.25, 1.3]))) == FAILS
+    assert verdict("4", study(*pair([1.0, 1.0, 1.0], [1.5, 1.7, 1.8]))) == INCONCLUSIVE
+    # judged on pread+madvise: a demand-paging pair alone gives no verdict
+    none = [dict(r, mechanism="none") for r in pair([1.0, 1.0], [2.0, 2.0])[0] + pair(
+        [1.0, 1.0], [2.0, 2.0])[1]]
+    assert verdict("4", study(none)) == INCONCLUSIVE
+
+
+def test_finding5_disk_reads_and_faults_each_way():
+    assert verdict("5", study(*pair([1, 1], [2, 2], q4_read=500e6, q4_flt=900.0))) == HOLDS
+    assert verdict("5", study(*pair([1, 1], [2, 2], q4_read=150e6, q4_flt=150.0))) == FAILS
+    assert verdict("5", study(*pair([1], [2], q4_read=500e6, q4_flt=900.0))) == INCONCLUSIVE
+    # too few faults to count: judged on disk bytes alone
+    st = study(*pair([1, 1], [2, 2], q4_read=500e6, q4_flt=2.0, q2_flt=1.0))
+    assert verdict("5", st) == HOLDS
+
+
+def test_finding6_gap_and_io_bound_each_way():
+    # 0.3 tok/s reading 450 MB/token at 150 MB/s: 3 s of 3.3 s in I/O, 6.7x below 2.0
+    q4, q2 = pair([0.3, 0.3], [0.3, 0.31], q4_read=450e6, q2_read=450e6)
+    assert verdict("6", study(q4, q2)) == HOLDS
+    # compute-bound: 1.5 tok/s reading 15 MB/token
+    q4, q2 = pair([1.5, 1.5], [1.5, 1.52], q4_read=15e6, q2_read=15e6)
+    assert verdict("6", study(q4, q2)) == FAILS
+    q4, q2 = pair([0.3], [0.3], q4_read=450e6, q2_read=450e6)
+    assert verdict("6", study(q4, q2)) == INCONCLUSIVE
+
+
+def test_finding7_switches_each_way():
+    mlock_fast = rows("mlock", [1.5, 1.6], mlock=True)
+    slow_tp = rows("tp", [0.3, 0.31], mechanism="threadpool")
+    assert verdict("7", study(PM, mlock_fast, slow_tp)) == HOLDS
+    fast_tp = rows("tp", [2.0, 2.1], mechanism="threadpool")
+    assert verdict("7", study(PM, mlock_fast, fast_tp)) == FAILS
+    assert verdict("7", study(PM, rows("mlock", [1.0, 1.1], mlock=True))) == INCONCLUSIVE
+
+
+def test_finding7_write_in_place_needs_throttled_writeback():
+    slow = dict(mechanism="write-in-place", dirtied_bytes_per_token=400e6)
+    unthrottled = rows("wip", [0.3, 0.3], cgroup_write_bytes_per_token=0.0, **slow)
+    out = F.FINDINGS[6].evaluate(study(PM, unthrottled))
+    assert out.verdict.verdict == INCONCLUSIVE and "writeback not throttled" in out.verdict.reason
+    throttled = rows("wip", [0.3, 0.3], cgroup_write_bytes_per_token=390e6, **slow)
+    assert verdict("7", study(PM, throttled)) == HOLDS
+    fast = rows("wip", [2.0, 2.1], cgroup_write_bytes_per_token=390e6, **slow)
+    assert verdict("7", study(PM, fast)) == FAILS
+
+
+def test_finding8_every_mechanism_against_pread_madvise():
+    slower = [rows("none", [0.1, 0.1], mechanism="none"),
+              rows("madvise", [0.5, 0.55], mechanism="madvise")]
+    assert verdict("8", study(PM, *slower)) == HOLDS
+    faster = rows("madvise", [1.5, 1.55], mechanism="madvise")
+    out = F.FINDINGS[7].evaluate(study(PM, slower[0], faster))
+    assert out.verdict.verdict == FAILS
+    t = out.tables["finding8_mechanisms"].set_index("run_id")
+    assert t.loc["madvise", "vs_pread_madvise"] == "faster" and t.loc["none", "verdict"] == HOLDS
+    assert verdict("8", study(PM, rows("madvise", [1.0, 1.1], mechanism="madvise"))) == INCONCLUSIVE
+
+
+@pytest.mark.parametrize("finding", F.FINDINGS, ids=lambda f: f.number)
+def test_every_finding_states_its_claim_runs_and_rule(finding):
+    assert finding.claim and finding.needs and finding.rule
+    assert verdict(finding.number, study(PM)) in (HOLDS, FAILS, INCONCLUSIVE)
