@@ -164,25 +164,35 @@ def locality(experts: pd.DataFrame, max_distance: int = 16) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def belady_hits(requests: list[set], size: int) -> list[tuple[int, object, bool]]:
+    """Belady's optimal cache of `size` entries over steps of requested keys: (step, key, hit) for
+    every request in order. On a miss with a full cache it evicts the key used farthest ahead."""
+    flat = [(t, e) for t, s in enumerate(requests) for e in sorted(s)]
+    next_use = {}
+    nxt = [0] * len(flat)
+    for i in range(len(flat) - 1, -1, -1):
+        t, e = flat[i]
+        nxt[i] = next_use.get(e, float("inf"))
+        next_use[e] = t
+    cache: dict = {}
+    out = []
+    for i, (t, e) in enumerate(flat):
+        hit = e in cache
+        if not hit and size <= 0:
+            out.append((t, e, False))
+            continue
+        if not hit and len(cache) >= size:
+            del cache[max(cache, key=cache.get)]
+        cache[e] = nxt[i]
+        out.append((t, e, hit))
+    return out
+
+
 def _simulate(requests: list[set], size: int, policy: str) -> tuple[int, int]:
     hits = total = 0
     if policy == "belady":
-        flat = [(t, e) for t, s in enumerate(requests) for e in sorted(s)]
-        next_use = {}
-        nxt = [0] * len(flat)
-        for i in range(len(flat) - 1, -1, -1):
-            t, e = flat[i]
-            nxt[i] = next_use.get(e, float("inf"))
-            next_use[e] = t
-        cache: dict[int, float] = {}
-        for i, (_t, e) in enumerate(flat):
-            total += 1
-            if e in cache:
-                hits += 1
-            elif len(cache) >= size:
-                del cache[max(cache, key=cache.get)]
-            cache[e] = nxt[i]
-        return hits, total
+        res = belady_hits(requests, size)
+        return sum(h for _, _, h in res), len(res)
     lru: OrderedDict[int, None] = OrderedDict()
     freq: Counter = Counter()
     for s in requests:
@@ -217,6 +227,33 @@ def cache_simulation(experts: pd.DataFrame, sizes=(8, 16, 24, 32, 40, 48, 56, 64
             rows.append({"cache_experts_per_layer": size, "policy": policy,
                          "hit_rate": h / t if t else float("nan")})
     return pd.DataFrame(rows)
+
+
+def oracle_missed_bytes(experts: pd.DataFrame, slab_bytes: dict[int, int], cache_bytes: int,
+                        first_gen_token: int) -> float:
+    """Bytes per generated token that an optimal (Belady) cache of `cache_bytes` over whole expert
+    slabs would still read on this routing trace: the floor no prefetch or cache policy inside that
+    RAM can go under. The prompt's requests warm the cache but are not counted."""
+    if experts.empty or not slab_bytes:
+        return float("nan")
+    per_slab = max(slab_bytes.values())  # OLMoE's layers have equal slabs; the largest is safe
+    size = max(0, int(cache_bytes // per_slab))
+    steps, step_token = [], []
+    for (tok, layer), g in experts.groupby(["token", "layer"], sort=True):
+        steps.append({(int(layer), int(e)) for e in g.expert})
+        step_token.append(int(tok))
+    missed = sum(slab_bytes[layer] for t, (layer, _), hit in belady_hits(steps, size)
+                 if not hit and step_token[t] >= first_gen_token)
+    n_gen = len({t for t in step_token if t >= first_gen_token})
+    return missed / n_gen if n_gen else float("nan")
+
+
+def limit_bounds(bytes_per_token: float, io_mb_per_s: float, compute_s: float) -> dict:
+    """tok/s if reading `bytes_per_token` at the I/O ceiling and computing never overlap (their
+    sum per token), and if they overlap perfectly (the larger of the two)."""
+    io_s = bytes_per_token / (io_mb_per_s * 1e6)
+    return {"no_overlap": 1.0 / (io_s + compute_s) if io_s + compute_s > 0 else float("nan"),
+            "perfect_overlap": 1.0 / max(io_s, compute_s) if max(io_s, compute_s) > 0 else float("nan")}
 
 
 def routing_heatmap(experts: pd.DataFrame, n_layer: int, n_expert: int) -> np.ndarray:

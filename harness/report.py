@@ -184,6 +184,7 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
         w.text("Stock `llama-bench` decode under the same profile (what a user would run instead):\n")
         w.table("stock_baselines", pd.DataFrame(base_rows), "stock_baseline")
     P.summary_plots(w, summ, any_synth)
+    _distance_section(w, summ, all_runs, layouts, limits, io_med, moe_ceiling)
 
     # the findings: each unit judges, this only renders
     trace_run = _trace_run(all_runs, q4)
@@ -322,3 +323,55 @@ def _quota_section(w: Writer, inputs, comp_t: pd.DataFrame) -> None:
         w.text(f"Calibration toward {q.get('target_tok_s')} tok/s on the dense model "
                f"(llama-bench, warm), each step one measurement:\n")
         w.table("cpu_quota_calibration", pd.DataFrame(q["steps"]), "cpu_quota")
+
+
+def _distance_section(w: Writer, summ, runs, layouts, limits, io_mb_s, moe_ceiling) -> None:
+    """Every configuration beside what the box allows: three byte counts per token, each read at
+    the I/O ceiling with no overlap and with perfect overlap of compute."""
+    w.text("## Distance to the limit\n")
+    budget = limits.get("ram_bytes")
+    compute_s = 1.0 / moe_ceiling if moe_ceiling else float("nan")
+    w.text("Bytes per generated token read at the median I/O ceiling "
+           f"({sig(io_mb_s)} MB/s), plus the MoE compute time of the fully cached `--repack 0` "
+           f"ceiling ({sig(compute_s)} s/token, for every quant): *cold* reads every routed slab, "
+           "*measured* the bytes the run's cgroup really read, *oracle* what an optimal (Belady) "
+           "cache of the RAM budget left after the non-expert tensors "
+           f"({budget} bytes in force) would still read on the run's own routing trace. Each bound "
+           "with no overlap (I/O + compute) and perfect overlap (the larger); `frac_*` is the "
+           "measured tok/s over the bound.\n")
+    rows = []
+    for _, s in summ.iterrows():
+        lay = layouts.get(s.model)
+        if lay is None:
+            continue
+        mine = runs[(runs.run_id == s.run_id) & (runs.status == "ok")]
+        cold = lay["bytes_per_token"]
+        measured = mine.cgroup_read_bytes_per_token.median() if len(mine) else float("nan")
+        oracle = _oracle(runs, s, lay, budget)
+        row = {"run_id": s.run_id, "tok_per_s_median": s["median"]}
+        for name, b in (("cold", cold), ("measured", measured), ("oracle", oracle)):
+            bounds = A.limit_bounds(b, io_mb_s, compute_s) if b == b else {}
+            row[f"{name}_bytes_per_token"] = b
+            for kind in ("no_overlap", "perfect_overlap"):
+                v = bounds.get(kind, float("nan"))
+                row[f"{name}_{kind}_tok_per_s"] = v
+                row[f"frac_{name}_{kind}"] = s["median"] / v if v == v and v else float("nan")
+        rows.append(row)
+    if rows:
+        w.table("distance_to_limit", pd.DataFrame(rows), "findings")
+
+
+def _oracle(runs, s, lay, budget) -> float:
+    """Oracle bytes per token for one configuration, on its first repeat's routing trace (greedy
+    decoding routes alike in every repeat), or another logged run of the same model and length."""
+    if not budget:
+        return float("nan")
+    cand = runs[(runs.model == s.model) & (runs.tokens == s.tokens) & (runs.status == "ok")]
+    cand = pd.concat([cand[cand.run_id == s.run_id], cand[cand.log_experts.astype(bool)]])
+    for rec in cand.record:
+        ex = pd.read_csv(Path(rec).parent / "experts.csv")
+        if len(ex):
+            n_prompt = len(json.loads(Path(rec).read_text())["summary"].get("prompt_tokens", []))
+            slab = {int(k): v for k, v in lay["slab_bytes_per_layer"].items()}
+            return A.oracle_missed_bytes(ex, slab, budget - lay["non_expert_bytes"], n_prompt)
+    return float("nan")

@@ -76,3 +76,21 @@ def test_summarize_keeps_runs_that_never_completed():
 def test_io_bound_estimate():
     # 150 MB per token at 150 MB/s, plus 0.5 s compute: 1.5 s per token
     assert A.io_bound_estimate(150e6, 150.0, 0.5) == pytest.approx(1 / 1.5)
+
+
+def test_oracle_reads_only_what_no_cache_of_that_size_could_keep():
+    # one layer, slabs of 10 bytes; tokens 0 (prompt) .. 3 route {0,1}, {0,2}, {0,1}, {0,2}
+    rows = [(0, 0, 0, 0), (0, 0, 1, 1), (1, 0, 0, 0), (1, 0, 1, 2), (2, 0, 0, 0), (2, 0, 1, 1),
+            (3, 0, 0, 0), (3, 0, 1, 2)]
+    ex = trace(rows)
+    # room for all three slabs: after the prompt, only token 1's expert 2 is ever read
+    assert A.oracle_missed_bytes(ex, {0: 10}, 30, first_gen_token=1) == pytest.approx(10 / 3)
+    # room for two: Belady keeps 0 and swaps the other each token: one slab per token
+    assert A.oracle_missed_bytes(ex, {0: 10}, 20, first_gen_token=1) == pytest.approx(10)
+    # no room: every routed slab is read
+    assert A.oracle_missed_bytes(ex, {0: 10}, 0, first_gen_token=1) == pytest.approx(20)
+
+
+def test_limit_bounds_no_and_perfect_overlap():
+    b = A.limit_bounds(150e6, 150.0, 0.5)  # 1 s of I/O, 0.5 s of compute per token
+    assert b["no_overlap"] == pytest.approx(1 / 1.5) and b["perfect_overlap"] == pytest.approx(1.0)
