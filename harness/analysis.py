@@ -78,6 +78,13 @@ def box_columns(rec: dict, gen: pd.DataFrame, per) -> dict:
         # the bytes the disk really delivered for each byte of routed expert weights
         "read_amplification": cg_read / routed if cg_read >= 0 and routed > 0 else nan,
         "dirtied_bytes_per_token": per("dirtied_bytes") if "dirtied_bytes" in gen else nan,
+        # the check under the byte accounting: what the kernel read against what mincore said was
+        # missing from the routed slabs just before each layer's prefetch (1.0 = nothing more)
+        "bytes_missing_per_token": per("bytes_missing") if "bytes_missing" in gen else nan,
+        "kernel_read_vs_missing": (cg_read / per("bytes_missing")
+                                   if "bytes_missing" in gen and cg_read >= 0 and per("bytes_missing") > 0
+                                   else nan),
+        "hook_s_per_token": per("hook_s") if "hook_s" in gen else nan,
         "cgroup_write_bytes_per_token": (per("cgroup_write_bytes") if "cgroup_write_bytes" in gen
                                          else nan),
         "device_read_bytes": dev.get("read_bytes"), "device_write_bytes": dev.get("write_bytes"),

@@ -154,17 +154,23 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
     faults = A.summarize(all_runs, "majflt_per_token")[["run_id", "median"]].rename(
         columns={"median": "majflt_per_token"})
     summ = summ.merge(faults, on="run_id", how="left")
-    for col in ("read_amplification", "residency_decode_start", "first_token_s"):
+    for col in ("read_amplification", "residency_decode_start", "first_token_s",
+                "kernel_read_vs_missing", "hook_s_per_token"):
         summ = summ.merge(A.summarize(all_runs, col)[["run_id", "median"]].rename(
             columns={"median": col}), on="run_id", how="left")
     summ["synthetic"] = summ["synthetic"].astype(bool)
     w.table("summary", summ[["run_id", "synthetic", "quant", "mechanism", "mlock_non_expert",
                                       "log_experts", "tokens", "n", "median", "min", "max", "wide_spread",
-                                      "majflt_per_token", "read_amplification", "statuses"]].rename(
+                                      "majflt_per_token", "read_amplification",
+                                      "kernel_read_vs_missing", "hook_s_per_token", "statuses"]].rename(
         columns={"median": "tok_per_s_median", "min": "tok_per_s_min", "max": "tok_per_s_max"}),
         "runs_table, findings")
     w.text("Read amplification: bytes the run's cgroup read from disk per generated token divided "
-           "by the routed expert bytes per token, with the read-ahead in force (table above).\n")
+           "by the routed expert bytes per token, with the read-ahead in force. "
+           "`kernel_read_vs_missing`: the same bytes over what `mincore` found not resident in the "
+           "routed slabs just before each layer's prefetch (1 = the kernel read nothing else). "
+           "`hook_s_per_token`: wall time in the routing hook's own work (mincore, ids, logging; "
+           "the mechanism excluded), under the CPU quota.\n")
     w.text("### What the first token sees\n")
     w.text("llama.cpp's mmap load maps the file with MAP_POPULATE and POSIX_MADV_WILLNEED, so the "
            "load reads the model inside the run's RAM budget and decoding starts with part of it "
