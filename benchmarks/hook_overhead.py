@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness import pagecache, supervise
 from harness.ceilings import llama_bench
+from harness.config import adhoc_spec
 from harness.limits import Limits
 
 
@@ -33,11 +34,9 @@ def main():
             b = llama_bench(manifest["llama_bench"], str(model), 2, tokens, "mmap", Limits(),
                             manifest["lib_dir"], logf)
             bench_tps.append(b["tok_per_s"])
-            spec = dict(run_id="hook-overhead", entry="bench", model=info["name"], mechanism="none",
-                        mlock_non_expert=False, log_experts=False, threads=2,
-                        prompt="The history of the Roman Empire begins with", tokens=tokens,
-                        repeats=repeats, lru_budget_mb=0, prefetch_threads=1, time_limit_s=3600,
-                        repeat=k + 1, mechanism_options={}, warm=True)
+            spec = adhoc_spec("hook-overhead", info["name"], "none", entry="bench",
+                              log_experts=False, tokens=tokens, repeats=repeats, time_limit_s=3600,
+                              repeat=k + 1, warm=True)
             rec = supervise.run(spec, Path(d) / "run", lib_dir=manifest["lib_dir"], build=manifest,
                                 model_info=info, layout_path=layout, limits=Limits(),
                                 time_limit_s=3600, log=lambda s: None)

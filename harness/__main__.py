@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from harness import supervise
-from harness.config import RunSpec, parse_size
+from harness.config import adhoc_spec, parse_size
 from harness.layout import read_layout
 from harness.limits import Limits
 from harness.mechanisms import REGISTRY
@@ -59,12 +59,11 @@ def main(argv=None) -> int:
     manifest = json.loads(Path(a.manifest).read_text())
     info = {"name": model.stem, "path": str(model), "sha256": sha256_file(model),
             "synthetic": layout["synthetic"], "seed": layout["seed"], "source": "path"}
-    spec = dict(RunSpec(run_id=f"{model.stem}-{a.mechanism}", entry="cli", model=model.stem,
-                        mechanism=a.mechanism, mlock_non_expert=a.mlock_non_expert,
-                        log_experts=not a.no_expert_log, threads=a.threads, prompt=a.prompt,
-                        tokens=a.tokens, repeats=1, lru_budget_mb=a.lru_budget_mb,
-                        prefetch_threads=a.prefetch_threads, time_limit_s=a.time_limit).as_dict(),
-                repeat=1)
+    spec = adhoc_spec(f"{model.stem}-{a.mechanism}", model.stem, a.mechanism, entry="cli",
+                      mlock_non_expert=a.mlock_non_expert, log_experts=not a.no_expert_log,
+                      threads=a.threads, prompt=a.prompt, tokens=a.tokens,
+                      lru_budget_mb=a.lru_budget_mb, prefetch_threads=a.prefetch_threads,
+                      time_limit_s=a.time_limit)
     limits = Limits(ram_bytes=parse_size(a.ram_budget, "--ram-budget") if a.ram_budget else None,
                     read_bps=parse_size(a.read_bps, "--read-bps") if a.read_bps else None,
                     write_bps=parse_size(a.write_bps, "--write-bps") if a.write_bps else None,

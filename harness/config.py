@@ -7,6 +7,7 @@ An experiment entry may list values for a key (`model: [olmoe-q4, olmoe-q2]`,
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from pathlib import Path
@@ -70,6 +71,22 @@ class RunSpec:
         if self.mechanism == "threadpool":
             d["mechanism_options"]["prefetch_threads"] = self.prefetch_threads
         return d
+
+
+DEFAULT_PROMPT = "The history of the Roman Empire begins with"
+
+
+def adhoc_spec(run_id: str, model: str, mechanism: str, *, repeat: int = 1, **overrides) -> dict:
+    """The run spec of a measurement outside the config (the CLI, benchmarks, tests): the schema's
+    defaults, then `overrides` (RunSpec fields, or supervisor switches such as `warm`). The one
+    constructor besides `expand`, so every spec has the same keys."""
+    fields = set(RunSpec.__dataclass_fields__)
+    base = RunSpec(run_id=run_id, entry="adhoc", model=model, mechanism=mechanism,
+                   mlock_non_expert=False, log_experts=True, threads=2, prompt=DEFAULT_PROMPT,
+                   tokens=32, repeats=1, lru_budget_mb=0, prefetch_threads=1, time_limit_s=1800)
+    base = dataclasses.replace(base, **{k: v for k, v in overrides.items() if k in fields})
+    return {**base.as_dict(), "repeat": repeat,
+            **{k: v for k, v in overrides.items() if k not in fields}}
 
 
 def _fmt(v) -> str:

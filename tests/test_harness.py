@@ -6,24 +6,17 @@ import pandas as pd
 import pytest
 
 from harness import supervise
+from harness.config import adhoc_spec
 from harness.limits import Limits, cgroup_version
 from harness.mechanisms import REGISTRY
 from harness.util import sha256_file
 
-PROMPT = "The history of the Roman Empire begins with"
 
 
 def spec(mechanism, **kw):
-    base = dict(run_id=f"t-{mechanism}", entry="t", model="olmoe-tiny-Q4_K_M", mechanism=mechanism,
-                mlock_non_expert=False, log_experts=True, threads=2, prompt=PROMPT, tokens=12,
-                repeats=1, lru_budget_mb=0, prefetch_threads=2, time_limit_s=120, repeat=1,
-                mechanism_options={})
-    if mechanism == "lru-odirect":
-        base["mechanism_options"] = {"lru_budget_mb": 4}
-    if mechanism == "threadpool":
-        base["mechanism_options"] = {"prefetch_threads": 2}
-    base.update(kw)
-    return base
+    opts = {"lru_budget_mb": 4, "prefetch_threads": 2}
+    return adhoc_spec(f"t-{mechanism}", "olmoe-tiny-Q4_K_M", mechanism, tokens=12,
+                      time_limit_s=120, **{**opts, **kw})
 
 
 def run(manifest, model, out, s, limits=None, time_limit=120):
