@@ -21,9 +21,16 @@ UNITS = {None: 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 # keys an experiment may vary; every one is a harness parameter
 RUN_KEYS = ("model", "mechanism", "mlock_non_expert", "log_experts", "threads", "prompt", "tokens",
-            "repeats", "lru_budget_mb", "prefetch_threads", "time_limit_s", "evict_after_load")
+            "repeats", "lru_budget_mb", "prefetch_threads", "time_limit_s", "evict_after_load",
+            "lookahead_base", "lookahead_experts", "lookahead_layers", "lookahead_call",
+            "lookahead_source")
 SWEEPABLE = ("model", "mechanism", "mlock_non_expert", "log_experts", "threads", "tokens",
-             "lru_budget_mb", "prefetch_threads", "evict_after_load")
+             "lru_budget_mb", "prefetch_threads", "evict_after_load", "lookahead_base",
+             "lookahead_experts", "lookahead_layers", "lookahead_call", "lookahead_source")
+# the values of keys only a mechanism reads, when an experiment leaves them out
+MECHANISM_DEFAULTS = {"lru_budget_mb": 0, "prefetch_threads": 1, "lookahead_base": "madvise",
+                      "lookahead_experts": 8, "lookahead_layers": 1, "lookahead_call": "madvise",
+                      "lookahead_source": "ffn_norm"}
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9._+-]*$")
 
 
@@ -62,14 +69,16 @@ class RunSpec:
     prefetch_threads: int
     time_limit_s: float
     evict_after_load: bool = False
+    lookahead_base: str = "madvise"
+    lookahead_experts: int = 8
+    lookahead_layers: int = 1
+    lookahead_call: str = "madvise"
+    lookahead_source: str = "ffn_norm"
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
-        d["mechanism_options"] = {}
-        if self.mechanism == "lru-odirect":
-            d["mechanism_options"]["lru_budget_mb"] = self.lru_budget_mb
-        if self.mechanism == "threadpool":
-            d["mechanism_options"]["prefetch_threads"] = self.prefetch_threads
+        # each mechanism declares the keys it takes; only those reach it
+        d["mechanism_options"] = {k: d[k] for k in REGISTRY[self.mechanism].options}
         return d
 
 
@@ -128,10 +137,9 @@ def expand(config: dict) -> list[RunSpec]:
                                 log_experts=bool(vals.get("log_experts", True)),
                                 threads=int(vals["threads"]), prompt=vals["prompt"],
                                 tokens=int(vals["tokens"]), repeats=int(vals["repeats"]),
-                                lru_budget_mb=int(vals.get("lru_budget_mb", 0)),
-                                prefetch_threads=int(vals.get("prefetch_threads", 1)),
                                 time_limit_s=float(vals["time_limit_s"]),
-                                evict_after_load=bool(vals.get("evict_after_load", False))))
+                                evict_after_load=bool(vals.get("evict_after_load", False)),
+                                **{k: vals.get(k, v) for k, v in MECHANISM_DEFAULTS.items()}))
     return runs
 
 
@@ -149,6 +157,10 @@ def check_run_values(config: dict, entry: str, vals: dict) -> None:
     if not isinstance(vals.get("prompt"), str) or not vals["prompt"].strip():
         raise ConfigError(f"{where}.prompt: {vals.get('prompt')!r} is empty; the run decodes from a "
                           "prompt of at least one non-blank character")
+    base = vals.get("lookahead_base", "madvise")
+    if base not in REGISTRY or base == "lookahead":
+        raise ConfigError(f"{where}.lookahead_base: {base!r} is not one of the base mechanisms: "
+                          f"{', '.join(m for m in REGISTRY if m != 'lookahead')}")
     if vals.get("lru_budget_mb", 0) < 0:
         raise ConfigError(f"{where}.lru_budget_mb: {vals['lru_budget_mb']} is negative")
 

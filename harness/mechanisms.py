@@ -110,6 +110,10 @@ class Counters:
 class Mechanism:
     name = "?"
     prefetches = True  # False only for the baseline
+    options: tuple[str, ...] = ()  # the run-spec keys this mechanism takes (its constructor's kwargs)
+    needs_scratch_copy = False  # True: it writes into the mapping, so it runs on a copy of the model
+    observes: bytes | None = None  # a graph-node name prefix whose output it wants (on_hidden)
+    row_fields: tuple[str, ...] = ()  # columns of the per-layer rows it records (take_rows)
 
     def __init__(self, model: MappedModel, **options):
         self.model = model
@@ -117,8 +121,18 @@ class Mechanism:
         self.c = Counters()
         self.lock = threading.Lock()
 
+    def begin_decode(self, first_token: int, n_tokens: int) -> None:
+        """Called before each llama_decode with the batch's first token index and size."""
+
     def on_route(self, layer: int, experts: list[int]) -> None:
         raise NotImplementedError
+
+    def on_hidden(self, layer: int, rows) -> None:
+        """The output of the node named `observes` + layer: float32 rows, one per token."""
+
+    def take_rows(self) -> list[tuple]:
+        """The per-layer rows recorded since the last call (see row_fields)."""
+        return []
 
     def counters(self) -> dict:
         """A snapshot of the counters, with the derived bytes_prefetched."""
@@ -206,6 +220,7 @@ class ThreadPool(Mechanism):
     """The same preads issued from N background threads so compute can overlap I/O."""
 
     name = "threadpool"
+    options = ("prefetch_threads",)
 
     def __init__(self, model, prefetch_threads: int = 1, **options):
         super().__init__(model, **options)
@@ -293,6 +308,7 @@ class LruODirect(Mechanism):
     (budget 0, or the prompt's layers routing more than the budget) once the next layer routes."""
 
     name = "lru-odirect"
+    options = ("lru_budget_mb",)
 
     def __init__(self, model, lru_budget_mb: int = 0, **options):
         super().__init__(model, **options)
@@ -364,11 +380,138 @@ class LruODirect(Mechanism):
         self.buf.close()
 
 
+POSIX_FADV_WILLNEED = 3
+_libc.readahead.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_size_t]
+_libc.readahead.restype = ctypes.c_ssize_t
+READ_AHEAD_CALLS = ("madvise", "fadvise", "readahead")
+
+
+@register
+class Lookahead(Mechanism):
+    """Predict the next layer's experts and start reading them before they are routed.
+
+    When layer L's router input is known (the output of `ffn_norm-L`, or the residual stream
+    `l_out-L`), apply layer L+d's router weights (`ffn_gate_inp`, read from the file) to it for
+    d = 1..lookahead_layers, take the top lookahead_experts, and issue asynchronous read-ahead for
+    their slabs (MADV_WILLNEED, POSIX_FADV_WILLNEED or readahead(2): each starts the reads and
+    returns). The reads then run while layer L's experts and L+1's attention compute. When L+1's
+    real routing arrives, the base mechanism makes its routed slabs resident as it always does,
+    completing what the prediction missed. Every layer's prediction is recorded against the real
+    routing: hits, precision, recall, bytes read ahead that were never routed, and how many of the
+    predicted slabs' bytes were resident when their layer ran."""
+
+    name = "lookahead"
+    options = ("lookahead_base", "lookahead_experts", "lookahead_layers", "lookahead_call",
+               "lookahead_source")
+    row_fields = ("token", "layer", "source_layer", "predicted", "routed", "n_predicted", "n_routed",
+                  "hits", "precision", "recall", "wasted_bytes", "predicted_resident_bytes",
+                  "predicted_bytes")
+
+    def __init__(self, model, lookahead_base: str = "madvise", lookahead_experts: int = 8,
+                 lookahead_layers: int = 1, lookahead_call: str = "madvise",
+                 lookahead_source: str = "ffn_norm", **options):
+        super().__init__(model, **options)
+        if lookahead_base in ("lookahead",) or lookahead_base not in REGISTRY:
+            raise ValueError(f"lookahead_base: {lookahead_base!r} is not a base mechanism")
+        if lookahead_call not in READ_AHEAD_CALLS:
+            raise ValueError(f"lookahead_call: {lookahead_call!r} is not one of {READ_AHEAD_CALLS}")
+        if lookahead_source not in ("ffn_norm", "l_out"):
+            raise ValueError(f"lookahead_source: {lookahead_source!r} is not ffn_norm or l_out")
+        self.base = REGISTRY[lookahead_base](model)
+        self.c = self.base.c  # the base's reads are this mechanism's accounted prefetch
+        self.lock = self.base.lock
+        self.k = int(lookahead_experts)
+        self.depth = int(lookahead_layers)
+        self.call = lookahead_call
+        self.observes = f"{lookahead_source}-".encode()
+        self.routers = self._read_routers()
+        self.residency = Residency(model)
+        self.token = 0
+        self.predicted: dict[int, tuple[int, set[int]]] = {}  # layer -> (source layer, experts)
+        self.rows: list[tuple] = []
+        self.bytes_read_ahead = 0
+
+    def _read_routers(self) -> dict:
+        import numpy as np
+
+        routers = {}
+        lay = self.layout
+        for t in lay.data["tensors"]:
+            if not t["name"].endswith("ffn_gate_inp.weight"):
+                continue
+            layer = int(t["name"].split(".")[1])
+            dtype = {"F32": np.float32, "F16": np.float16}.get(t["type"])
+            if dtype is None:
+                raise ValueError(f"{t['name']}: lookahead reads F32 or F16 routers, not {t['type']}")
+            raw = os.pread(self.model.fd, t["bytes"], t["offset"])
+            n_embd, n_expert = t["shape"]
+            routers[layer] = np.frombuffer(raw, dtype=dtype).reshape(n_expert, n_embd).astype(np.float32)
+        if not routers:
+            raise ValueError("lookahead: the model has no ffn_gate_inp router tensors")
+        return routers
+
+    def begin_decode(self, first_token, n_tokens):
+        self.token = first_token if n_tokens == 1 else -1  # -1: the prompt batch
+        self.predicted.clear()
+        self.base.begin_decode(first_token, n_tokens)
+
+    def _advise(self, offset: int, nbytes: int) -> None:
+        if self.call == "madvise":
+            madvise(self.model.base + offset, nbytes, MADV_WILLNEED)
+        elif self.call == "fadvise":
+            os.posix_fadvise(self.model.fd, offset, nbytes, POSIX_FADV_WILLNEED)
+        elif _libc.readahead(self.model.fd, offset, nbytes) < 0:
+            raise OSError(ctypes.get_errno(), "readahead(2) failed")
+
+    def on_hidden(self, layer, rows):
+        import numpy as np
+
+        t0 = time.perf_counter()
+        for target in range(layer + 1, layer + 1 + self.depth):
+            w = self.routers.get(target)
+            if w is None:
+                continue
+            logits = rows @ w.T  # (tokens, n_expert)
+            k = min(self.k, w.shape[0])
+            top = np.argpartition(-logits, k - 1, axis=1)[:, :k]
+            experts = {int(e) for e in top.ravel()}
+            # a nearer layer refines a prediction made further back: read ahead what it adds
+            _, before = self.predicted.get(target, (layer, set()))
+            self.predicted[target] = (layer, before | experts)
+            for e in sorted(experts - before):
+                for sl in self.layout.slabs(target, e):
+                    self._advise(sl.offset, sl.nbytes)
+                    self.bytes_read_ahead += sl.nbytes
+        self.c.other_s += time.perf_counter() - t0
+
+    def on_route(self, layer, experts):
+        pred = self.predicted.get(layer)
+        if pred is not None:
+            source, predicted = pred
+            routed = set(experts)
+            hits = len(predicted & routed)
+            slab = self.layout.slab_bytes(layer)  # one expert's gate+up+down bytes
+            resident = sum(sl.nbytes - self.residency.missing_bytes(sl.offset, sl.nbytes)
+                           for e in sorted(predicted) for sl in self.layout.slabs(layer, e))
+            self.rows.append((self.token, layer, source, " ".join(map(str, sorted(predicted))),
+                              " ".join(map(str, sorted(routed))), len(predicted), len(routed), hits,
+                              hits / len(predicted) if predicted else float("nan"),
+                              hits / len(routed) if routed else float("nan"),
+                              len(predicted - routed) * slab, resident, len(predicted) * slab))
+        self.base.on_route(layer, experts)
+
+    def take_rows(self):
+        rows, self.rows = self.rows, []
+        return rows
+
+    def drain(self):
+        self.base.drain()
+
+    def close(self):
+        self.base.close()
+
+
 def make(name: str, model: MappedModel, **options) -> Mechanism:
     if name not in REGISTRY:
         raise KeyError(f"unknown mechanism {name!r}; known: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name](model, **options)
-
-
-def needs_scratch_copy(name: str) -> bool:
-    return getattr(REGISTRY[name], "needs_scratch_copy", False)

@@ -25,7 +25,7 @@ from harness import pagecache
 from harness.box import BoxRecord
 from harness.limits import Limits, RunCgroup
 from harness.machine import machine_info
-from harness.mechanisms import needs_scratch_copy
+from harness.mechanisms import REGISTRY
 from harness.util import atomic_path, atomic_write_json, sha256_file
 from harness.validate import check_header
 
@@ -117,7 +117,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
     record = {"run_id": spec["run_id"], "spec": spec, "status": None}
     try:
         run_model = model_path
-        if needs_scratch_copy(spec["mechanism"]):
+        if REGISTRY[spec["mechanism"]].needs_scratch_copy:
             # never write into the model file: a copy beside the run, deleted in finally
             scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{os.getpid()}-",
                                             dir=Path(model_path).parent))
@@ -168,6 +168,9 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
         shutil.copyfile(work / "worker.log", out / "worker.log")
         n_tok_rows = _finalize_csv(work / "tokens.csv.part", out / "tokens.csv", ",".join(TOKEN_FIELDS))
         _finalize_csv(work / "experts.csv.part", out / "experts.csv", ",".join(EXPERT_FIELDS))
+        fields = REGISTRY[spec["mechanism"]].row_fields
+        if fields:  # the mechanism's own per-layer rows (lookahead's predictions)
+            _finalize_csv(work / "mechanism.csv.part", out / "mechanism.csv", ",".join(fields))
         summary = {}
         if (work / "worker.json").exists():
             summary = json.loads((work / "worker.json").read_text())

@@ -84,7 +84,7 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * mech.PAGE
 
 
-GGML_TYPE_I32 = 26
+GGML_TYPE_F32, GGML_TYPE_I32 = 0, 26
 
 
 class RoutingHook:
@@ -131,6 +131,20 @@ class RoutingHook:
         if problems:
             raise ValueError(f"ffn_moe_topk-{layer}: " + "; ".join(problems))
 
+    def observe(self, tensor, name: bytes) -> None:
+        """Hand a hidden state (F32 rows of n_embd, one per token computed) to the mechanism."""
+        suffix = name[len(self.mechanism.observes):]
+        if not suffix.isdigit():  # views of it ("ffn_norm-0 (reshaped)") are not the layer's output
+            return
+        layer = int(suffix)
+        if tensor.type != GGML_TYPE_F32 or tensor.nb[0] != 4:
+            raise ValueError(f"{name.decode()}: type {tensor.type}, nb[0] {tensor.nb[0]}: expected "
+                             "contiguous F32 rows")
+        n_embd, n_rows, row = tensor.ne[0], tensor.ne[1], tensor.nb[1]
+        buf = (ctypes.c_char * (row * (n_rows - 1) + 4 * n_embd)).from_address(tensor.data)
+        rows = np.ndarray((n_rows, n_embd), dtype=np.float32, buffer=buf, strides=(row, 4))
+        self.mechanism.on_hidden(layer, rows.copy())
+
     def missing_bytes(self, layer: int, experts: list[int]) -> int:
         return sum(self.residency.missing_bytes(sl.offset, sl.nbytes) for e in experts
                    for sl in self.layout.slabs(layer, e))
@@ -138,11 +152,17 @@ class RoutingHook:
     def __call__(self, t, ask, _user_data):
         try:
             if ask:
-                return ctypes.string_at(t + self.NAME_OFF, 13) == TOPK_PREFIX
+                if ctypes.string_at(t + self.NAME_OFF, 13) == TOPK_PREFIX:
+                    return True
+                obs = self.mechanism.observes
+                return obs is not None and ctypes.string_at(t + self.NAME_OFF, len(obs)) == obs
             t0 = time.perf_counter()
             tensor = hlib.GgmlTensor.from_address(t)
             name = tensor.name
             if not name.startswith(TOPK_PREFIX):
+                if self.mechanism.observes and name.startswith(self.mechanism.observes):
+                    self.observe(tensor, name)
+                    self.hook_s += time.perf_counter() - t0
                 return True
             layer = int(name[len(TOPK_PREFIX):])
             self.check(tensor, layer)
@@ -274,6 +294,10 @@ def run(params: dict) -> dict:
 
     tokens_part = open(out / "tokens.csv.part", "w", buffering=1)
     tokens_part.write(",".join(TOKEN_FIELDS) + "\n")
+    mech_part = None
+    if mechanism.row_fields:
+        mech_part = open(out / "mechanism.csv.part", "w", buffering=1 << 16)
+        mech_part.write(",".join(mechanism.row_fields) + "\n")
     # what the first decode sees: llama.cpp's load maps the file with MAP_POPULATE and
     # POSIX_MADV_WILLNEED, so part of the model is cached before any token
     moments["before_first_decode"] = model_moment(model_path, io_stat)
@@ -292,6 +316,7 @@ def run(params: dict) -> dict:
         hook.routed = []
         hook.missing = hook.missing_after = 0
         hook.hook_s = 0.0
+        mechanism.begin_decode(pos, n)
         c0 = mechanism.counters()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         io0, cg0 = read_proc_io(), read_io_bytes(io_stat)
@@ -330,6 +355,10 @@ def run(params: dict) -> dict:
                (cg1["write"] - cg0["write"]) if cg0["write"] >= 0 else -1,
                hook.missing, hook.missing_after, read, f"{hook.hook_s:.6f}"]
         tokens_part.write(",".join(map(str, row)) + "\n")
+        if mech_part is not None:
+            for r in mechanism.take_rows():
+                mech_part.write(",".join(map(str, r)) + "\n")
+            mech_part.flush()
         if index >= 0:
             generated.append(token_id)
             done = index + 1
@@ -342,6 +371,8 @@ def run(params: dict) -> dict:
     mechanism.close()
     experts_part.close()
     tokens_part.close()
+    if mech_part is not None:
+        mech_part.close()
 
     text_buf = ctypes.create_string_buffer(16 * (len(generated) + 1) * 8)
     pieces = []
@@ -361,6 +392,7 @@ def run(params: dict) -> dict:
         "bytes_routed": routed_total,
         "bytes_prefetched": prefetched_total,
         "byte_accounting_ok": (mismatches == 0) if mechanism.prefetches else None,
+        "bytes_read_ahead": getattr(mechanism, "bytes_read_ahead", 0),
         "cache_hits": mechanism.c.cache_hits,
         "cache_misses": mechanism.c.cache_misses,
         "mapping": {"start": start, "length": length, "file_offset": moff},

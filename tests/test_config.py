@@ -63,8 +63,15 @@ def _dup(c):  # an entry whose expansion collides with another's run id
 BAD = {
     "typo in a top-level key": (_set(["experimentz"], {}), "experimentz"),
     "typo in an experiment key": (_set(["experiments", "baseline", "mechansim"], "none"), "mechansim"),
+    # the schema's enum refuses it, naming the value and the key's place in the schema
     "unknown mechanism": (_set(["experiments", "madvise", "mechanism"], "lru"),
-                          "'lru' is not one of none"),
+                          "'lru' is not valid under any of the given schemas\n\nFailed validating "
+                          "'anyOf' in schema['properties']['experiments']['additionalProperties']"
+                          "['properties']['mechanism']"),
+    "unknown lookahead base": (_set(["experiments", "madvise", "lookahead_base"], "lookahead"),
+                               "lookahead_base: 'lookahead' is not one of the base mechanisms"),
+    "lookahead three layers ahead": (_set(["experiments", "madvise", "lookahead_layers"], 3),
+                                     "lookahead_layers"),
     "unknown quant": (_set(["models", "olmoe-q4", "quant"], "Q3_XXL"), "Q3_XXL"),
     "negative size": (_set(["profiles", "seed-box", "ram_budget"], -5), "negative"),
     "unparseable size": (_set(["profiles", "seed-box", "read_bps"], "fast"), "'fast' is not a size"),
