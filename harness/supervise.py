@@ -23,6 +23,7 @@ from pathlib import Path
 
 from harness import pagecache
 from harness.box import BoxRecord
+from harness.contract import WorkerParams
 from harness.limits import Limits, RunCgroup
 from harness.machine import machine_info
 from harness.mechanisms import REGISTRY
@@ -127,14 +128,13 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
         if spec.get("warm"):
             res_after_evict = pagecache.warm(run_model)
         cg.open()
-        params = {
-            "out_dir": str(work), "layout": layout_path, "lib_dir": lib_dir, "model_path": run_model,
-            "mlock_non_expert": spec["mlock_non_expert"], "mechanism": spec["mechanism"],
-            "mechanism_options": spec.get("mechanism_options", {}), "prompt": spec["prompt"],
-            "tokens": spec["tokens"], "threads": spec["threads"], "log_experts": spec["log_experts"],
-            "cgroup_io_stat": cg.io_stat_file, "evict_after_load": spec.get("evict_after_load", False),
-        }
-        (work / "params.json").write_text(json.dumps(params, indent=2))
+        WorkerParams(
+            out_dir=str(work), layout=layout_path, lib_dir=lib_dir, model_path=run_model,
+            mechanism=spec["mechanism"], prompt=spec["prompt"], tokens=spec["tokens"],
+            threads=spec["threads"], mlock_non_expert=spec["mlock_non_expert"],
+            log_experts=spec["log_experts"], mechanism_options=spec.get("mechanism_options", {}),
+            cgroup_io_stat=cg.io_stat_file, evict_after_load=spec.get("evict_after_load", False),
+        ).write(work / "params.json")
         env = dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir)
         record.update(start_utc=utcnow(), residency_before=res_before,
                       residency_at_start=res_after_evict)

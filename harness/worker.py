@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 import resource
 import sys
@@ -20,6 +21,7 @@ import numpy as np
 
 from harness import lib as hlib
 from harness import pagecache
+from harness.contract import WorkerParams
 from harness import mechanisms as mech
 from harness.layout import Layout
 from harness.limits import read_io_bytes
@@ -30,6 +32,9 @@ TOKEN_FIELDS = ["index", "phase", "n_tokens", "token_id", "wall_s", "majflt", "m
                 "cgroup_read_bytes", "rss_bytes", "t_unix", "dirtied_bytes", "cgroup_write_bytes",
                 "bytes_missing", "bytes_missing_after", "bytes_read", "hook_s"]
 EXPERT_FIELDS = ["token", "layer", "rank", "expert"]
+
+
+log = logging.getLogger("harness.worker")
 
 
 class WorkerError(RuntimeError):
@@ -223,196 +228,231 @@ def load_mmap_model(L, model_path: str):
     return model
 
 
-def run(params: dict) -> dict:
-    """Run one configuration; params as written by the supervisor. Returns the worker summary."""
-    out = Path(params["out_dir"])
-    layout = Layout.load(params["layout"])
-    b = hlib.load(params.get("lib_dir"))
-    L = b.llama_cpp
-    model_path = params["model_path"]  # the scratch copy for write-in-place
+class Worker:
+    """One measured configuration, in the steps a reader can name: load and verify the model,
+    prepare the mechanism, make the context, decode one token into a row, summarize."""
 
-    io_stat = params.get("cgroup_io_stat")
-    moments = {"before_load": model_moment(model_path, io_stat)}
-    t_load = time.time()
-    model = load_mmap_model(L, model_path)
-    load_s = time.time() - t_load
-    moments["after_load"] = model_moment(model_path, io_stat)
+    def __init__(self, p: WorkerParams):
+        self.p = p
+        self.out = Path(p.out_dir)
+        self.layout = Layout.load(p.layout)
+        self.b = hlib.load(p.lib_dir)
+        self.L = self.b.llama_cpp
+        self.model = self.ctx = self.fd = None
+        self.files: list = []
+        self.moments: dict = {}
+        self.generated: list[int] = []
+        self.routed_total = self.prefetched_total = self.mismatches = 0
 
-    start, length, moff = find_mapping(model_path)
-    base = start - moff
-    # Refuse to run unless every expert tensor's data lies in the mapping where the layout says.
-    for x in layout.data["expert_tensors"]:
-        t = b.llama_model_get_tensor(model, x["name"].encode())
-        if not t:
-            raise WorkerError(f"{x['name']}: not in the loaded model")
-        data = t.contents.data
-        if data != base + x["base_offset"]:
-            raise WorkerError(f"{x['name']}: data at {data:#x}, expected the file mapping at "
-                              f"{base + x['base_offset']:#x} (offset {x['base_offset']}); weights were "
-                              "copied out of the mmap (repacked?) and the experts would not be read "
-                              "from the file")
-        if b.ggml_nbytes(t) != x["bytes_per_expert"] * x["n_expert"]:
-            raise WorkerError(f"{x['name']}: {b.ggml_nbytes(t)} bytes loaded, layout says otherwise")
+    # --- steps ------------------------------------------------------------------------------
 
-    fd = os.open(model_path, os.O_RDONLY)
-    mapped = mech.MappedModel(model_path, fd, base, start, length, moff, layout)
+    def load_and_verify(self) -> None:
+        """Load mmap'd and refuse to run unless every expert tensor's data lies in the file's
+        mapping at the layout file's offset (else the experts would not be read from the file)."""
+        p, b = self.p, self.b
+        self.moments["before_load"] = model_moment(p.model_path, p.cgroup_io_stat)
+        t0 = time.time()
+        self.model = load_mmap_model(self.L, p.model_path)
+        self.load_s = time.time() - t0
+        self.moments["after_load"] = model_moment(p.model_path, p.cgroup_io_stat)
+        self.mapping = start, length, moff = find_mapping(p.model_path)
+        self.base = base = start - moff
+        for x in self.layout.data["expert_tensors"]:
+            t = b.llama_model_get_tensor(self.model, x["name"].encode())
+            if not t:
+                raise WorkerError(f"{x['name']}: not in the loaded model")
+            data = t.contents.data
+            if data != base + x["base_offset"]:
+                raise WorkerError(f"{x['name']}: data at {data:#x}, expected the file mapping at "
+                                  f"{base + x['base_offset']:#x} (offset {x['base_offset']}); weights "
+                                  "were copied out of the mmap (repacked?) and the experts would not "
+                                  "be read from the file")
+            if b.ggml_nbytes(t) != x["bytes_per_expert"] * x["n_expert"]:
+                raise WorkerError(f"{x['name']}: {b.ggml_nbytes(t)} bytes loaded, layout says otherwise")
 
-    # the mechanism first: some remap the weights, which would drop earlier mlocks
-    mechanism = mech.make(params["mechanism"], mapped, **params.get("mechanism_options", {}))
-    locked_bytes = locked_count = 0
-    if params["mlock_non_expert"]:
-        for t in layout.non_expert_tensors:
-            mech.mlock(base + t["offset"], t["bytes"])
-            locked_bytes += t["bytes"]
-            locked_count += 1
+    def prepare_mechanism(self) -> None:
+        p = self.p
+        self.fd = os.open(p.model_path, os.O_RDONLY)
+        start, length, moff = self.mapping
+        mapped = mech.MappedModel(p.model_path, self.fd, self.base, start, length, moff, self.layout)
+        # the mechanism first: some remap the weights, which would drop earlier mlocks
+        self.mechanism = mech.make(p.mechanism, mapped, **p.mechanism_options)
+        self.locked_bytes = self.locked_count = 0
+        if p.mlock_non_expert:
+            for t in self.layout.non_expert_tensors:
+                mech.mlock(self.base + t["offset"], t["bytes"])
+                self.locked_bytes += t["bytes"]
+                self.locked_count += 1
+        if p.evict_after_load:
+            evict_experts(mapped, self.fd)
 
-    if params.get("evict_after_load"):
-        evict_experts(mapped, fd)
-    vocab = L.llama_model_get_vocab(model)
-    prompt = params["prompt"].encode()
-    buf = (L.llama_token * (len(prompt) + 16))()
-    n_prompt = L.llama_tokenize(vocab, prompt, len(prompt), buf, len(buf), True, False)
-    if n_prompt <= 0:
-        raise WorkerError(f"tokenizing the prompt failed ({n_prompt})")
-    prompt_tokens = list(buf[:n_prompt])
+    def _open(self, name: str, header, buffering: int):
+        f = open(self.out / name, "w", buffering=buffering)
+        self.files.append(f)
+        f.write(",".join(header) + "\n")
+        return f
 
-    cp = L.llama_context_default_params()
-    cp.n_ctx = n_prompt + params["tokens"] + 8
-    cp.n_batch = max(n_prompt, 32)
-    cp.n_ubatch = cp.n_batch
-    cp.n_threads = cp.n_threads_batch = params["threads"]
-    experts_part = open(out / "experts.csv.part", "w", buffering=1 << 16)
-    experts_part.write(",".join(EXPERT_FIELDS) + "\n")
-    hook = RoutingHook(mechanism, params["log_experts"], experts_part)
-    cb = L.ggml_backend_sched_eval_callback(hook)
-    cp.cb_eval = cb
-    cp.cb_eval_user_data = None
-    ctx = L.llama_init_from_model(model, cp)
-    if not ctx:
-        raise WorkerError("llama_init_from_model failed")
-    n_vocab = L.llama_vocab_n_tokens(vocab)
+    def make_context(self) -> None:
+        p, L = self.p, self.L
+        self.vocab = L.llama_model_get_vocab(self.model)
+        prompt = p.prompt.encode()
+        buf = (L.llama_token * (len(prompt) + 16))()
+        n_prompt = L.llama_tokenize(self.vocab, prompt, len(prompt), buf, len(buf), True, False)
+        if n_prompt <= 0:
+            raise WorkerError(f"tokenizing the prompt failed ({n_prompt})")
+        self.prompt_tokens = list(buf[:n_prompt])
+        cp = L.llama_context_default_params()
+        cp.n_ctx = n_prompt + p.tokens + 8
+        cp.n_batch = cp.n_ubatch = max(n_prompt, 32)
+        cp.n_threads = cp.n_threads_batch = p.threads
+        self.experts_part = self._open("experts.csv.part", EXPERT_FIELDS, 1 << 16)
+        self.hook = RoutingHook(self.mechanism, p.log_experts, self.experts_part)
+        self.cb = L.ggml_backend_sched_eval_callback(self.hook)  # kept alive as long as ctx
+        cp.cb_eval = self.cb
+        cp.cb_eval_user_data = None
+        self.ctx = L.llama_init_from_model(self.model, cp)
+        if not self.ctx:
+            raise WorkerError("llama_init_from_model failed")
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self.tokens_part = self._open("tokens.csv.part", TOKEN_FIELDS, 1)
+        self.mech_part = (self._open("mechanism.csv.part", self.mechanism.row_fields, 1 << 16)
+                          if self.mechanism.row_fields else None)
+        # what the first decode sees: llama.cpp's load maps the file with MAP_POPULATE and
+        # POSIX_MADV_WILLNEED, so part of the model is cached before any token
+        self.moments["before_first_decode"] = model_moment(p.model_path, p.cgroup_io_stat)
 
-    tokens_part = open(out / "tokens.csv.part", "w", buffering=1)
-    tokens_part.write(",".join(TOKEN_FIELDS) + "\n")
-    mech_part = None
-    if mechanism.row_fields:
-        mech_part = open(out / "mechanism.csv.part", "w", buffering=1 << 16)
-        mech_part.write(",".join(mechanism.row_fields) + "\n")
-    # what the first decode sees: llama.cpp's load maps the file with MAP_POPULATE and
-    # POSIX_MADV_WILLNEED, so part of the model is cached before any token
-    moments["before_first_decode"] = model_moment(model_path, io_stat)
-    generated = []
-    mismatches = 0
-    routed_total = prefetched_total = 0
-    # Prompt processing is its own row (index -1); then one row per generated token.
-    batch_tokens = prompt_tokens
-    pos = 0
-    t_start = time.time()
-    for index in range(-1, params["tokens"]):
+    def decode_one(self, index: int, batch_tokens: list[int], pos: int) -> dict:
+        """One llama_decode of `batch_tokens` at position `pos`: the token's row, by field name."""
+        L, hook, m, io_stat = self.L, self.hook, self.mechanism, self.p.cgroup_io_stat
         n = len(batch_tokens)
         arr = (L.llama_token * n)(*batch_tokens)
-        batch = L.llama_batch_get_one(arr, n)
         hook.token, hook.batch_n = pos, n
         hook.routed = []
         hook.missing = hook.missing_after = 0
         hook.hook_s = 0.0
-        mechanism.begin_decode(pos, n)
-        c0 = mechanism.counters()
-        ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        m.begin_decode(pos, n)
+        c0, ru0 = m.counters(), resource.getrusage(resource.RUSAGE_SELF)
         io0, cg0 = read_proc_io(), read_io_bytes(io_stat)
         t0 = time.perf_counter()
-        rc = L.llama_decode(ctx, batch)
-        mechanism.drain()
+        rc = L.llama_decode(self.ctx, L.llama_batch_get_one(arr, n))
+        m.drain()
         wall = time.perf_counter() - t0
-        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        ru1, c1 = resource.getrusage(resource.RUSAGE_SELF), m.counters()
         io1, cg1 = read_proc_io(), read_io_bytes(io_stat)
         if hook.error is not None:
             raise WorkerError(f"routing hook failed: {hook.error!r}") from hook.error
         if rc != 0:
             raise WorkerError(f"llama_decode returned {rc} at token {index}")
-        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
+        lay = self.layout
+        if len(hook.routed) != lay.n_layer and lay.n_layer and lay.n_expert:
+            raise WorkerError(f"token {index}: the hook saw {len(hook.routed)} routing decisions, "
+                              f"the model has {lay.n_layer} MoE layers")
+        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(self.ctx, -1), shape=(self.n_vocab,))
         if not np.isfinite(logits).all():
             raise WorkerError(f"non-finite logits at token {index}")
-        token_id = int(logits.argmax())  # greedy
-        c1 = mechanism.counters()
-        routed = sum(len(ex) * layout.slab_bytes(layer) for layer, ex in hook.routed)
+        routed = sum(len(ex) * lay.slab_bytes(layer) for layer, ex in hook.routed)
         prefetched = c1["bytes_prefetched"] - c0["bytes_prefetched"]
-        read = c1["bytes_read"] - c0["bytes_read"]
-        routed_total += routed
-        prefetched_total += prefetched
-        if mechanism.prefetches and prefetched != routed:
-            mismatches += 1
-        if len(hook.routed) != layout.n_layer and layout.n_layer and layout.n_expert:
-            raise WorkerError(f"token {index}: the hook saw {len(hook.routed)} routing decisions, "
-                              f"the model has {layout.n_layer} MoE layers")
-        row = [index, "prompt" if index < 0 else "gen", n, token_id, f"{wall:.6f}",
-               ru1.ru_majflt - ru0.ru_majflt, ru1.ru_minflt - ru0.ru_minflt,
-               f"{c1['pread_s'] - c0['pread_s']:.6f}", f"{c1['madvise_s'] - c0['madvise_s']:.6f}",
-               f"{c1['other_s'] - c0['other_s']:.6f}", prefetched, routed,
-               io1["read_bytes"] - io0["read_bytes"],
-               (cg1["read"] - cg0["read"]) if cg0["read"] >= 0 else -1, rss_bytes(),
-               f"{time.time():.3f}", io1["write_bytes"] - io0["write_bytes"],
-               (cg1["write"] - cg0["write"]) if cg0["write"] >= 0 else -1,
-               hook.missing, hook.missing_after, read, f"{hook.hook_s:.6f}"]
-        tokens_part.write(",".join(map(str, row)) + "\n")
-        if mech_part is not None:
-            for r in mechanism.take_rows():
-                mech_part.write(",".join(map(str, r)) + "\n")
-            mech_part.flush()
-        if index >= 0:
-            generated.append(token_id)
-            done = index + 1
-            if done % max(1, params["tokens"] // 8) == 0 or done == params["tokens"]:
-                el = time.time() - t_start
-                print(f"progress: {done}/{params['tokens']} tokens, {done / el:.3f} tok/s so far, "
-                      f"rss {rss_bytes() >> 20} MiB", file=sys.stderr, flush=True)
-        pos += n
-        batch_tokens = [token_id]
-    mechanism.close()
-    experts_part.close()
-    tokens_part.close()
-    if mech_part is not None:
-        mech_part.close()
+        self.routed_total += routed
+        self.prefetched_total += prefetched
+        self.mismatches += int(m.prefetches and prefetched != routed)
 
-    text_buf = ctypes.create_string_buffer(16 * (len(generated) + 1) * 8)
-    pieces = []
-    for tok in generated:
-        m = L.llama_token_to_piece(vocab, tok, text_buf, len(text_buf), 0, False)
-        pieces.append(text_buf.raw[: max(m, 0)])
-    summary = {
-        "tokens_completed": len(generated),
-        "prompt_tokens": prompt_tokens,
-        "generated_tokens": generated,
-        "generated_text": b"".join(pieces).decode("utf-8", "replace"),
-        "load_s": load_s,
-        "model_moments": moments,
-        "mlocked_bytes": locked_bytes,
-        "mlocked_tensors": locked_count,
-        "hook_calls": hook.calls,
-        "bytes_routed": routed_total,
-        "bytes_prefetched": prefetched_total,
-        "byte_accounting_ok": (mismatches == 0) if mechanism.prefetches else None,
-        "bytes_read_ahead": getattr(mechanism, "bytes_read_ahead", 0),
-        "cache_hits": mechanism.c.cache_hits,
-        "cache_misses": mechanism.c.cache_misses,
-        "mapping": {"start": start, "length": length, "file_offset": moff},
-    }
-    L.llama_free(ctx)
-    L.llama_model_free(model)
-    os.close(fd)
-    return summary
+        def since(a, b, key):
+            return (b[key] - a[key]) if a[key] >= 0 else -1
+
+        return {
+            "index": index, "phase": "prompt" if index < 0 else "gen", "n_tokens": n,
+            "token_id": int(logits.argmax()),  # greedy
+            "wall_s": f"{wall:.6f}", "majflt": ru1.ru_majflt - ru0.ru_majflt,
+            "minflt": ru1.ru_minflt - ru0.ru_minflt,
+            "pread_s": f"{c1['pread_s'] - c0['pread_s']:.6f}",
+            "madvise_s": f"{c1['madvise_s'] - c0['madvise_s']:.6f}",
+            "other_prefetch_s": f"{c1['other_s'] - c0['other_s']:.6f}",
+            "bytes_prefetched": prefetched, "bytes_routed": routed,
+            "disk_read_bytes": io1["read_bytes"] - io0["read_bytes"],
+            "cgroup_read_bytes": since(cg0, cg1, "read"), "rss_bytes": rss_bytes(),
+            "t_unix": f"{time.time():.3f}", "dirtied_bytes": io1["write_bytes"] - io0["write_bytes"],
+            "cgroup_write_bytes": since(cg0, cg1, "write"), "bytes_missing": hook.missing,
+            "bytes_missing_after": hook.missing_after,
+            "bytes_read": c1["bytes_read"] - c0["bytes_read"], "hook_s": f"{hook.hook_s:.6f}"}
+
+    def write_row(self, row: dict) -> None:
+        self.tokens_part.write(",".join(str(row[f]) for f in TOKEN_FIELDS) + "\n")
+        if self.mech_part is not None:
+            for r in self.mechanism.take_rows():
+                self.mech_part.write(",".join(map(str, r)) + "\n")
+            self.mech_part.flush()
+
+    def decode_all(self) -> None:
+        """Prompt processing is its own row (index -1); then one row per generated token."""
+        total = self.p.tokens
+        batch, pos = self.prompt_tokens, 0
+        t_start = time.time()
+        for index in range(-1, total):
+            row = self.decode_one(index, batch, pos)
+            self.write_row(row)
+            if index >= 0:
+                self.generated.append(row["token_id"])
+                done = index + 1
+                if done % max(1, total // 8) == 0 or done == total:
+                    log.info("progress: %d/%d tokens, %.3f tok/s so far, rss %d MiB", done, total,
+                             done / (time.time() - t_start), rss_bytes() >> 20)
+            pos += len(batch)
+            batch = [row["token_id"]]
+        self.mechanism.close()
+
+    def summarize(self) -> dict:
+        L, m = self.L, self.mechanism
+        text_buf = ctypes.create_string_buffer(16 * (len(self.generated) + 1) * 8)
+        pieces = []
+        for tok in self.generated:
+            n = L.llama_token_to_piece(self.vocab, tok, text_buf, len(text_buf), 0, False)
+            pieces.append(text_buf.raw[: max(n, 0)])
+        start, length, moff = self.mapping
+        return {
+            "tokens_completed": len(self.generated), "prompt_tokens": self.prompt_tokens,
+            "generated_tokens": self.generated,
+            "generated_text": b"".join(pieces).decode("utf-8", "replace"),
+            "load_s": self.load_s, "model_moments": self.moments,
+            "mlocked_bytes": self.locked_bytes, "mlocked_tensors": self.locked_count,
+            "hook_calls": self.hook.calls, "bytes_routed": self.routed_total,
+            "bytes_prefetched": self.prefetched_total,
+            "byte_accounting_ok": (self.mismatches == 0) if m.prefetches else None,
+            "bytes_read_ahead": getattr(m, "bytes_read_ahead", 0),
+            "cache_hits": m.c.cache_hits, "cache_misses": m.c.cache_misses,
+            "mapping": {"start": start, "length": length, "file_offset": moff}}
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        if self.ctx:
+            self.L.llama_free(self.ctx)
+        if self.model:
+            self.L.llama_model_free(self.model)
+        if self.fd is not None:
+            os.close(self.fd)
+
+
+def run(params: WorkerParams) -> dict:
+    """Run one configuration; returns the worker summary."""
+    w = Worker(params)
+    try:
+        w.load_and_verify()
+        w.prepare_mechanism()
+        w.make_context()
+        w.decode_all()
+        return w.summarize()
+    finally:
+        w.close()
 
 
 def main(argv=None) -> int:
     argv = argv if argv is not None else sys.argv[1:]
-    params = json.loads(Path(argv[0]).read_text())
+    # progress lines go to stderr, which the supervisor relays to the rule's log
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+    params = WorkerParams.read(Path(argv[0]))
     summary = run(params)
-    Path(params["out_dir"], "worker.json").write_text(json.dumps(summary, indent=2))
+    Path(params.out_dir, "worker.json").write_text(json.dumps(summary, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def tensor_offsets(model_path: str, names: list[str], lib_dir: str | None = None) -> dict[str, int]:
@@ -430,3 +470,7 @@ def tensor_offsets(model_path: str, names: list[str], lib_dir: str | None = None
         return out
     finally:
         L.llama_model_free(model)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""What the supervisor hands the measured process: one typed definition that both sides use
+(the supervisor writes it, the worker reads it), so the contract exists once."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class WorkerParams:
+    out_dir: str  # where the worker streams its .part files and writes worker.json
+    layout: str  # the model's layout file
+    lib_dir: str | None  # the patched llama.cpp build
+    model_path: str  # the file llama.cpp maps (a scratch copy for write-in-place)
+    mechanism: str
+    prompt: str
+    tokens: int
+    threads: int
+    mlock_non_expert: bool = False
+    log_experts: bool = True
+    mechanism_options: dict = field(default_factory=dict)
+    cgroup_io_stat: str | None = None  # the run cgroup's block-I/O counter file
+    evict_after_load: bool = False
+
+    def write(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=2))
+
+    @classmethod
+    def read(cls, path: Path) -> WorkerParams:
+        data = json.loads(Path(path).read_text())
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"{path}: unknown worker parameters {sorted(unknown)}")
+        return cls(**data)
