@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.contract import Status
+
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
 WIDE_SPREAD = 0.25  # (max-min)/median above this: too noisy to support a verdict
 MIN_REPEATS = 2  # fewer ok repeats than this on either side: no verdict
@@ -99,7 +101,7 @@ def runs_table(record_paths: list) -> pd.DataFrame:
 
 def summarize(runs: pd.DataFrame, value: str = "tok_per_s") -> pd.DataFrame:
     """Median and min-max of `value` over the ok repeats of each run id; flags wide spread."""
-    ok = runs[runs.status == "ok"]
+    ok = runs[runs.status == Status.OK.value]
     g = ok.groupby("run_id")[value]
     out = pd.DataFrame({"median": g.median(), "min": g.min(), "max": g.max(), "n": g.count()})
     out["spread"] = (out["max"] - out["min"]) / out["median"].where(out["median"] != 0)
@@ -279,7 +281,7 @@ def io_bound_estimate(bytes_per_token: float, io_mb_per_s: float, compute_s_per_
 
 
 def time_breakdown(runs: pd.DataFrame, run_id: str) -> dict:
-    ok = runs[(runs.run_id == run_id) & (runs.status == "ok")]
+    ok = runs[(runs.run_id == run_id) & (runs.status == Status.OK.value)]
     wall = ok.wall_s_per_token.median()
     pread = ok.pread_s_per_token.median()
     madv = ok.madvise_s_per_token.median()

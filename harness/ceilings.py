@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.contract import Status
 from harness import pagecache
 from harness.limits import Limits, RunCgroup
 from harness.supervise import utcnow
@@ -112,12 +113,13 @@ def llama_bench(bench: str, model: str, threads: int, tokens: int, load_mode: st
         rec["llama_bench"] = data
         rec["tok_per_s"] = data[0]["avg_ts"] if data else None
         rec["samples_ts"] = data[0].get("samples_ts") if data else None
-        rec["status"] = "ok"
+        rec["status"] = Status.OK.value
     else:
         rec["tok_per_s"] = None
         # a stock tool killed inside the budget is a result too (llama-bench repacks weights
         # into anonymous memory by default, so it cannot run where the harness can)
-        rec["status"] = "killed: memory" if in_force.get("oom_killed") else f"failed (exit {rc})"
+        rec["status"] = (Status.MEMORY.value if in_force.get("oom_killed")
+                         else f"{Status.FAILED.value} (exit {rc})")
     return rec
 
 

@@ -4,9 +4,30 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+class Status(str, enum.Enum):
+    """How a measurement ended. A kill by its limits is a result, not an error."""
+
+    OK = "ok"
+    MEMORY = "killed: memory"
+    TIME = "killed: time"
+    FAILED = "failed"
+
+    @classmethod
+    def of(cls, exit_code: int, *, timed_out: bool = False, oom_killed: bool = False) -> Status:
+        if timed_out:
+            return cls.TIME
+        if exit_code == 0:
+            return cls.OK
+        if exit_code == -signal.SIGKILL and oom_killed:
+            return cls.MEMORY
+        return cls.FAILED
 
 
 @dataclass(frozen=True)

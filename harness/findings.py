@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from harness.contract import Status
 from harness import analysis as A
 from harness.analysis import FAILS, HOLDS, INCONCLUSIVE, MIN_REPEATS, WIDE_SPREAD
 
@@ -104,7 +105,7 @@ class Study:
     n_expert: int = 0
 
     def ok(self, **eq) -> pd.DataFrame:
-        r = self.runs[self.runs.status == "ok"]
+        r = self.runs[self.runs.status == Status.OK.value]
         for k, v in eq.items():
             r = r[r[k] == v]
         return r
@@ -161,7 +162,7 @@ class LruFinding(Finding):
             return Outcome(Verdict(INCONCLUSIVE, "no lru-odirect or pread+madvise runs"))
         rows, parts = [], []
         for budget, g in lru.groupby("lru_budget_mb"):
-            ok = g[g.status == "ok"]
+            ok = g[g.status == Status.OK.value]
             cmp = compare_ranges(ok.tok_per_s, pm.tok_per_s)
             raw = {"below": HOLDS, "above": FAILS}.get(cmp, INCONCLUSIVE)
             v = decide(raw, f"budget {budget} MB {cmp} pread+madvise", ok.tok_per_s, pm.tok_per_s)
@@ -273,7 +274,7 @@ class FaultsFinding(Finding):
 
 class GapFinding(Finding):
     def evaluate(self, st):
-        ok = st.runs[st.runs.status == "ok"]
+        ok = st.runs[st.runs.status == Status.OK.value]
         if ok.empty or not st.dense_ceiling:
             return Outcome(Verdict(INCONCLUSIVE, "no ok runs or no dense compute ceiling"))
         med = ok.groupby("run_id").tok_per_s.median()
@@ -350,7 +351,7 @@ class MechanismsFinding(Finding):
         q4 = st.runs[(st.runs.model == st.q4) & (st.runs.run_id != base.run_id.iloc[0])
                      & (st.runs.mechanism != "lru-odirect")]
         for run_id, g in q4.groupby("run_id", sort=False):
-            ok = g[g.status == "ok"]
+            ok = g[g.status == Status.OK.value]
             cmp = compare_ranges(ok.tok_per_s, base.tok_per_s)
             # the claim: nothing beats the study's design; a faster configuration refutes it
             raw = {"below": HOLDS, "above": FAILS}.get(cmp, INCONCLUSIVE)

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from harness import analysis as A
+from harness.contract import Status
 from harness import findings as F
 from harness import plots as P
 
@@ -185,7 +186,8 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
         for r in b["runs"]:
             base_rows.append({"model": b["model"], "synthetic": infos[b["model"]].get("synthetic"),
                               "load_mode": r["load_mode"], "tok_per_s": r.get("tok_per_s"),
-                              "status": r.get("status", "ok" if r["exit_code"] == 0 else "failed")})
+                              "status": r.get("status", Status.OK.value if r["exit_code"] == 0
+                                                else Status.FAILED.value)})
     if base_rows:
         w.text("Stock `llama-bench` decode under the same profile (what a user would run instead):\n")
         w.table("stock_baselines", pd.DataFrame(base_rows), "stock_baseline")
@@ -265,7 +267,7 @@ def _pair_models(config: dict) -> tuple[str, str]:
 def _trace_run(runs: pd.DataFrame, model: str):
     """The longest logged routing trace of `model` (the study's used 64 tokens). Every mechanism
     routes identically (tests/test_harness.py), so the mechanism only breaks ties: `none` first."""
-    cand = runs[(runs.status == "ok") & (runs.log_experts.astype(bool))]
+    cand = runs[(runs.status == Status.OK.value) & (runs.log_experts.astype(bool))]
     if len(cand[cand.model == model]):
         cand = cand[cand.model == model]
     if cand.empty:
@@ -350,7 +352,7 @@ def _distance_section(w: Writer, summ, runs, layouts, limits, io_mb_s, moe_ceili
         lay = layouts.get(s.model)
         if lay is None:
             continue
-        mine = runs[(runs.run_id == s.run_id) & (runs.status == "ok")]
+        mine = runs[(runs.run_id == s.run_id) & (runs.status == Status.OK.value)]
         cold = lay["bytes_per_token"]
         measured = mine.cgroup_read_bytes_per_token.median() if len(mine) else float("nan")
         oracle = _oracle(runs, s, lay, budget)
@@ -372,7 +374,7 @@ def _oracle(runs, s, lay, budget) -> float:
     decoding routes alike in every repeat), or another logged run of the same model and length."""
     if not budget:
         return float("nan")
-    cand = runs[(runs.model == s.model) & (runs.tokens == s.tokens) & (runs.status == "ok")]
+    cand = runs[(runs.model == s.model) & (runs.tokens == s.tokens) & (runs.status == Status.OK.value)]
     cand = pd.concat([cand[cand.run_id == s.run_id], cand[cand.log_experts.astype(bool)]])
     for rec in cand.record:
         ex = pd.read_csv(Path(rec).parent / "experts.csv")

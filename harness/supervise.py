@@ -23,14 +23,14 @@ from pathlib import Path
 
 from harness import pagecache
 from harness.box import BoxRecord
-from harness.contract import WorkerParams
+from harness.contract import Status, WorkerParams
 from harness.limits import Limits, RunCgroup
 from harness.machine import machine_info
 from harness.mechanisms import REGISTRY
 from harness.util import atomic_path, atomic_write_json, sha256_file
 from harness.validate import check_header
 
-STATUS_OK, STATUS_MEM, STATUS_TIME, STATUS_FAILED = "ok", "killed: memory", "killed: time", "failed"
+STATUS_OK, STATUS_MEM, STATUS_TIME, STATUS_FAILED = (s.value for s in Status)
 
 
 class RunFailed(RuntimeError):
@@ -101,29 +101,17 @@ def _reap_leftovers(*dirs: Path) -> None:
 def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_info: dict,
         layout_path: str, limits: Limits, time_limit_s: float | None, log=print) -> dict:
     """spec: the run's configuration (run_id, model, mechanism, switches, prompt, tokens, ...)."""
-    from harness.worker import EXPERT_FIELDS, TOKEN_FIELDS
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model_path = model_info["path"]
-    layout = json.loads(Path(layout_path).read_text())
-    check_header(model_path, layout["file_size"])
-    if limits.ram_bytes is not None and limits.ram_bytes <= layout["non_expert_bytes"]:
-        raise RunFailed(f"config: the RAM budget ({limits.ram_bytes} bytes) is smaller than "
-                        f"{model_path}'s non-expert tensors ({layout['non_expert_bytes']} bytes)")
+    _check_inputs(model_path, json.loads(Path(layout_path).read_text()), limits)
     _reap_leftovers(out, Path(model_path).parent)
     work = Path(tempfile.mkdtemp(prefix=f".work-{os.getpid()}-", dir=out))
     scratch = None
     cg = RunCgroup(limits)
     record = {"run_id": spec["run_id"], "spec": spec, "status": None}
     try:
-        run_model = model_path
-        if REGISTRY[spec["mechanism"]].needs_scratch_copy:
-            # never write into the model file: a copy beside the run, deleted in finally
-            scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{os.getpid()}-",
-                                            dir=Path(model_path).parent))
-            run_model = str(scratch / Path(model_path).name)
-            shutil.copyfile(model_path, run_model)
+        run_model, scratch = _model_to_run(spec, model_path)
         res_before, res_after_evict = pagecache.cold_start(run_model)
         if spec.get("warm"):
             res_after_evict = pagecache.warm(run_model)
@@ -135,71 +123,99 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
             log_experts=spec["log_experts"], mechanism_options=spec.get("mechanism_options", {}),
             cgroup_io_stat=cg.io_stat_file, evict_after_load=spec.get("evict_after_load", False),
         ).write(work / "params.json")
-        env = dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir)
         record.update(start_utc=utcnow(), residency_before=res_before,
                       residency_at_start=res_after_evict)
-        box = BoxRecord(cg.in_force.get("device")).begin()
-        t0 = time.monotonic()
-        with open(work / "worker.log", "w") as wlog:
-            proc = subprocess.Popen([sys.executable, "-m", "harness.worker", str(work / "params.json")],
-                                    stdout=wlog, stderr=subprocess.STDOUT, env=env,
-                                    preexec_fn=cg.enter if cg.dirs else None)
-            rc, timed_out = _wait_with_progress(proc, work / "worker.log", time_limit_s, log)
-        record["wall_s"] = time.monotonic() - t0
-        record["end_utc"] = utcnow()
-        record["exit_code"] = rc
-        record["peak_cgroup_bytes"] = cg.peak_bytes()
-        # what else the kernel did on this box during the run (DAMON, writeback, device bytes)
-        record["box"] = box.finish()
-        record["cgroup_io_bytes"] = cg.io_bytes()
-        record["cgroup_cpu_stat"] = cg.cpu_stat()
-        oom = cg.oom_killed()
-        if timed_out:
-            status = STATUS_TIME
-        elif rc == 0:
-            status = STATUS_OK
-        elif rc == -signal.SIGKILL and oom:
-            status = STATUS_MEM
-        else:
-            status = STATUS_FAILED
-        record["status"] = status
+        record.update(_measure(work, cg, lib_dir, time_limit_s, log))
         record["residency_after"] = pagecache.residency(run_model)
-        log_text = (work / "worker.log").read_text(errors="replace")
-        shutil.copyfile(work / "worker.log", out / "worker.log")
-        n_tok_rows = _finalize_csv(work / "tokens.csv.part", out / "tokens.csv", ",".join(TOKEN_FIELDS))
-        _finalize_csv(work / "experts.csv.part", out / "experts.csv", ",".join(EXPERT_FIELDS))
-        fields = REGISTRY[spec["mechanism"]].row_fields
-        if fields:  # the mechanism's own per-layer rows (lookahead's predictions)
-            _finalize_csv(work / "mechanism.csv.part", out / "mechanism.csv", ",".join(fields))
-        summary = {}
-        if (work / "worker.json").exists():
-            summary = json.loads((work / "worker.json").read_text())
-        record["tokens_completed"] = summary.get("tokens_completed", max(0, n_tok_rows - 1))
-        record["summary"] = summary
-        record["limits_in_force"] = cg.in_force
-        record["limits_requested"] = {"ram_bytes": limits.ram_bytes, "read_bps": limits.read_bps,
-                                      "write_bps": limits.write_bps, "cpu_quota": limits.cpu_quota,
-                                      "read_ahead_kb": limits.read_ahead_kb,
-                                      "time_limit_s": time_limit_s}
-        record["model"] = {k: model_info.get(k) for k in ("name", "path", "sha256", "synthetic", "seed",
-                                                          "quant", "source")}
-        record["model_sha256_after"] = sha256_file(model_path)
-        record["model_unchanged"] = record["model_sha256_after"] == model_info.get("sha256")
-        record["build"] = {k: build.get(k) for k in ("commit", "patch_sha256", "cmake_flags", "key",
-                                                     "source_kind", "file_advice")}
-        record["machine"] = machine_info()
-        if status == STATUS_FAILED:
-            tail = "\n".join(log_text.splitlines()[-15:])
-            atomic_write_json(out / "run.failed.json", record)
-            raise RunFailed(f"run {spec['run_id']} failed (exit {rc}); worker log tail:\n{tail}")
-        if not record["model_unchanged"]:
-            raise RunFailed(f"run {spec['run_id']}: model file {model_path} changed during the run")
-        atomic_write_json(out / "run.json", record)  # last: its presence means the run is complete
-        log(f"run {spec['run_id']}: {status}, {record['tokens_completed']} tokens, "
-            f"{record['wall_s']:.1f} s")
-        return record
+        record.update(_collect(work, out, spec))
+        record.update(_provenance(limits, time_limit_s, cg, model_info, build))
+        return _finish(record, out, work, model_path, log)
     finally:
         cg.close()
         shutil.rmtree(work, ignore_errors=True)
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _check_inputs(model_path: str, layout: dict, limits: Limits) -> None:
+    check_header(model_path, layout["file_size"])
+    if limits.ram_bytes is not None and limits.ram_bytes <= layout["non_expert_bytes"]:
+        raise RunFailed(f"config: the RAM budget ({limits.ram_bytes} bytes) is smaller than "
+                        f"{model_path}'s non-expert tensors ({layout['non_expert_bytes']} bytes)")
+
+
+def _model_to_run(spec: dict, model_path: str) -> tuple[str, Path | None]:
+    """The model file itself, or for a mechanism that writes into the mapping a copy beside it
+    (deleted by the caller): the model file is never written."""
+    if not REGISTRY[spec["mechanism"]].needs_scratch_copy:
+        return model_path, None
+    scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{os.getpid()}-", dir=Path(model_path).parent))
+    run_model = str(scratch / Path(model_path).name)
+    shutil.copyfile(model_path, run_model)
+    return run_model, scratch
+
+
+def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, log) -> dict:
+    """The measured process in the run's cgroup, and what the kernel did beside it."""
+    env = dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir)
+    box = BoxRecord(cg.in_force.get("device")).begin()
+    t0 = time.monotonic()
+    with open(work / "worker.log", "w") as wlog:
+        proc = subprocess.Popen([sys.executable, "-m", "harness.worker", str(work / "params.json")],
+                                stdout=wlog, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=cg.enter if cg.dirs else None)
+        rc, timed_out = _wait_with_progress(proc, work / "worker.log", time_limit_s, log)
+    wall = time.monotonic() - t0
+    return {"wall_s": wall, "end_utc": utcnow(), "exit_code": rc,
+            "status": Status.of(rc, timed_out=timed_out, oom_killed=cg.oom_killed()).value,
+            "peak_cgroup_bytes": cg.peak_bytes(),
+            # DAMON, writeback, device bytes: what else happened on this box during the run
+            "box": box.finish(), "cgroup_io_bytes": cg.io_bytes(), "cgroup_cpu_stat": cg.cpu_stat()}
+
+
+def _collect(work: Path, out: Path, spec: dict) -> dict:
+    """The worker's streamed rows as final CSVs (also when it was killed) and its summary."""
+    from harness.worker import EXPERT_FIELDS, TOKEN_FIELDS
+
+    shutil.copyfile(work / "worker.log", out / "worker.log")
+    n_tok_rows = _finalize_csv(work / "tokens.csv.part", out / "tokens.csv", ",".join(TOKEN_FIELDS))
+    _finalize_csv(work / "experts.csv.part", out / "experts.csv", ",".join(EXPERT_FIELDS))
+    fields = REGISTRY[spec["mechanism"]].row_fields
+    if fields:  # the mechanism's own per-layer rows (lookahead's predictions)
+        _finalize_csv(work / "mechanism.csv.part", out / "mechanism.csv", ",".join(fields))
+    summary = {}
+    if (work / "worker.json").exists():
+        summary = json.loads((work / "worker.json").read_text())
+    return {"tokens_completed": summary.get("tokens_completed", max(0, n_tok_rows - 1)),
+            "summary": summary}
+
+
+def _provenance(limits: Limits, time_limit_s, cg: RunCgroup, model_info: dict, build: dict) -> dict:
+    model_path = model_info["path"]
+    after = sha256_file(model_path)
+    return {
+        "limits_in_force": cg.in_force,
+        "limits_requested": {"ram_bytes": limits.ram_bytes, "read_bps": limits.read_bps,
+                             "write_bps": limits.write_bps, "cpu_quota": limits.cpu_quota,
+                             "read_ahead_kb": limits.read_ahead_kb, "time_limit_s": time_limit_s},
+        "model": {k: model_info.get(k) for k in ("name", "path", "sha256", "synthetic", "seed",
+                                                 "quant", "source")},
+        "model_sha256_after": after, "model_unchanged": after == model_info.get("sha256"),
+        "build": {k: build.get(k) for k in ("commit", "patch_sha256", "cmake_flags", "key",
+                                            "source_kind", "file_advice")},
+        "machine": machine_info()}
+
+
+def _finish(record: dict, out: Path, work: Path, model_path: str, log) -> dict:
+    """A failed run leaves run.failed.json and raises; a result is written last, atomically."""
+    if record["status"] == Status.FAILED.value:
+        tail = "\n".join((out / "worker.log").read_text(errors="replace").splitlines()[-15:])
+        atomic_write_json(out / "run.failed.json", record)
+        raise RunFailed(f"run {record['run_id']} failed (exit {record['exit_code']}); worker log "
+                        f"tail:\n{tail}")
+    if not record["model_unchanged"]:
+        raise RunFailed(f"run {record['run_id']}: model file {model_path} changed during the run")
+    atomic_write_json(out / "run.json", record)  # last: its presence means the run is complete
+    log(f"run {record['run_id']}: {record['status']}, {record['tokens_completed']} tokens, "
+        f"{record['wall_s']:.1f} s")
+    return record

@@ -14,9 +14,8 @@ from harness.util import sha256_file
 
 
 def spec(mechanism, **kw):
-    opts = {"lru_budget_mb": 4, "prefetch_threads": 2}
-    return adhoc_spec(f"t-{mechanism}", "olmoe-tiny-Q4_K_M", mechanism, tokens=12,
-                      time_limit_s=120, **{**opts, **kw})
+    opts = {"lru_budget_mb": 4, "prefetch_threads": 2, "tokens": 12, "time_limit_s": 120}
+    return adhoc_spec(f"t-{mechanism}", "olmoe-tiny-Q4_K_M", mechanism, **{**opts, **kw})
 
 
 def run(manifest, model, out, s, limits=None, time_limit=120):
