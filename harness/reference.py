@@ -1,0 +1,48 @@
+"""Copy one finished main-job run's outputs into a folder of the repository, as they are: RESULTS.md,
+runs.csv, tables, plots, the ceilings and baselines, the models' metadata and layouts, and every
+per-run record the tables cite. No model files. Nothing is edited: RESULTS.md's links and
+runs.csv's record paths resolve inside the copy as they did in the run.
+
+    python -m harness.reference <the run's project dir> reference/<machine>-<date>
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+RUN_FILES = ("run.json", "tokens.csv", "experts.csv", "mechanism.csv", "worker.log")
+
+
+def export(run_root: Path, dest: Path) -> list[Path]:
+    res = Path(run_root) / "results"
+    if not (res / "final" / "RESULTS.md").exists():
+        raise SystemExit(f"{res}/final/RESULTS.md does not exist: the run has not finished")
+    if dest.exists():
+        raise SystemExit(f"{dest} exists; a reference run is never overwritten")
+    out = dest / "results"
+    copied = []
+    shutil.copytree(res / "final", out / "final")
+    for sub in ("ceilings", "baselines", "build"):
+        if (res / sub).is_dir():
+            shutil.copytree(res / sub, out / sub)
+    (out / "models").mkdir(parents=True)
+    for f in sorted((res / "models").glob("*.json")):  # metadata and layouts, never the GGUFs
+        shutil.copy2(f, out / "models" / f.name)
+    for rec in sorted((res / "runs").glob("*/rep*/run.json")):
+        d = out / "runs" / rec.parent.parent.name / rec.parent.name
+        d.mkdir(parents=True)
+        for name in RUN_FILES:
+            if (rec.parent / name).exists():
+                shutil.copy2(rec.parent / name, d / name)
+                copied.append(d / name)
+    for cfg in ("config/experiments.yaml",):
+        (dest / "config").mkdir(exist_ok=True)
+        shutil.copy2(Path(run_root) / cfg, dest / cfg)
+    return copied
+
+
+if __name__ == "__main__":
+    files = export(Path(sys.argv[1]), Path(sys.argv[2]))
+    print(f"{len(files)} run files copied to {sys.argv[2]}")
