@@ -19,45 +19,10 @@ from dataclasses import dataclass
 
 from harness.layout import Layout
 
-PAGE = mmap.PAGESIZE
-MADV_WILLNEED = 3
-MADV_DONTNEED = 4
-MADV_PAGEOUT = 21  # Linux >= 5.4: reclaim these pages now
-MADV_POPULATE_READ = 22  # Linux >= 5.14
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-_libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long]
-_libc.pread.restype = ctypes.c_ssize_t
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_long]
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
-
-
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def page_span(addr: int, nbytes: int) -> tuple[int, int]:
-    """The page-aligned range covering [addr, addr + nbytes)."""
-    start = addr & ~(PAGE - 1)
-    end = (addr + nbytes + PAGE - 1) & ~(PAGE - 1)
-    return start, end - start
-
-
-def madvise(addr: int, nbytes: int, advice: int) -> None:
-    start, length = page_span(addr, nbytes)
-    _check(_libc.madvise(start, length, advice), f"madvise({advice})")
-
-
-def mlock(addr: int, nbytes: int) -> None:
-    start, length = page_span(addr, nbytes)
-    _check(_libc.mlock(start, length), "mlock")
+from harness.libc import (MADV_DONTNEED, MADV_POPULATE_READ, MADV_WILLNEED, MAP_PRIVATE, MAP_SHARED,
+                          PAGE, POSIX_FADV_WILLNEED, PROT_READ, PROT_WRITE, check, madvise,
+                          mmap_fixed, page_span, resident_pages)
+from harness.libc import lib as _libc
 
 
 @dataclass
@@ -83,9 +48,7 @@ class Residency:
     def missing_bytes(self, offset: int, nbytes: int) -> int:
         """Bytes of [offset, offset + nbytes) of the file whose pages are not resident."""
         start, length = page_span(self.base + offset, nbytes)
-        _check(_libc.mincore(start, length, self.vec), "mincore")
-        pages = length // PAGE
-        missing = pages - sum(v & 1 for v in bytes(self.vec)[:pages])
+        missing = length // PAGE - resident_pages(start, length, self.vec)
         return min(nbytes, missing * PAGE)
 
 
@@ -257,9 +220,6 @@ class ThreadPool(Mechanism):
         self.pool.shutdown(wait=True)
 
 
-PROT_READ, PROT_WRITE = 1, 2
-MAP_SHARED, MAP_PRIVATE, MAP_FIXED = 1, 2, 0x10
-
 
 @register
 class WriteInPlace(Mechanism):
@@ -273,12 +233,11 @@ class WriteInPlace(Mechanism):
     def __init__(self, model, **options):
         super().__init__(model, **options)
         self.rw_fd = os.open(model.path, os.O_RDWR)
-        # Replace llama.cpp's private read-only mapping by a shared writable one of the same file
-        # range at the same address: identical bytes, so the math is unchanged.
-        addr = _libc.mmap(model.map_start, model.map_len, PROT_READ | PROT_WRITE,
-                          MAP_SHARED | MAP_FIXED, self.rw_fd, model.map_offset)
-        if addr in (None, ctypes.c_void_p(-1).value) or addr != model.map_start:
-            raise OSError(ctypes.get_errno(), "write-in-place: remapping the model shared failed")
+        # Replace llama.cpp's shared read-only mapping (MAP_SHARED, PROT_READ) by a shared
+        # writable one of the same file range at the same address: identical bytes, so the math
+        # is unchanged.
+        mmap_fixed(model.map_start, model.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, self.rw_fd,
+                   model.map_offset, "write-in-place")
 
     def on_route(self, layer, experts):
         for e in experts:
@@ -319,10 +278,8 @@ class LruODirect(Mechanism):
         self.dfd = os.open(model.path, os.O_RDONLY | os.O_DIRECT)
         # llama.cpp maps the file shared and read-only; remap the same range private and writable
         # at the same address (identical bytes) so the copies below are copy-on-write, as in the study
-        addr = _libc.mmap(model.map_start, model.map_len, PROT_READ | PROT_WRITE,
-                          MAP_PRIVATE | MAP_FIXED, model.fd, model.map_offset)
-        if addr != model.map_start:
-            raise OSError(ctypes.get_errno(), "lru-odirect: remapping the model private failed")
+        mmap_fixed(model.map_start, model.map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE, model.fd,
+                   model.map_offset, "lru-odirect")
         self.buf = mmap.mmap(-1, _max_slab(self.layout) + 2 * PAGE)  # page-aligned for O_DIRECT
 
     def _read_direct(self, offset: int, nbytes: int) -> bytes:
@@ -341,7 +298,7 @@ class LruODirect(Mechanism):
         start = (self.model.base + offset + PAGE - 1) & ~(PAGE - 1)
         end = (self.model.base + offset + nbytes) & ~(PAGE - 1)
         if end > start:
-            _check(_libc.madvise(start, end - start, MADV_DONTNEED), "madvise(DONTNEED)")
+            check(_libc.madvise(start, end - start, MADV_DONTNEED), "madvise(DONTNEED)")
 
     def on_route(self, layer, experts):
         t0 = time.perf_counter()
@@ -380,9 +337,6 @@ class LruODirect(Mechanism):
         self.buf.close()
 
 
-POSIX_FADV_WILLNEED = 3
-_libc.readahead.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_size_t]
-_libc.readahead.restype = ctypes.c_ssize_t
 READ_AHEAD_CALLS = ("madvise", "fadvise", "readahead")
 
 

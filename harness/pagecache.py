@@ -7,37 +7,29 @@ posix_fadvise(POSIX_FADV_DONTNEED), and residency is checked with mincore().
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_long]
-_libc.mmap.restype = ctypes.c_void_p
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-
+from harness import libc
 
 def residency(path: os.PathLike) -> float:
     """Fraction of the file's pages in the page cache (0..1)."""
     size = os.path.getsize(path)
     if size == 0:
         return 0.0
-    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    n = libc.pages(size)
     fd = os.open(path, os.O_RDONLY)
     try:
-        addr = _libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED: maps, reads nothing
-        if addr in (None, ctypes.c_void_p(-1).value):
+        # PROT_READ, MAP_SHARED: maps, reads nothing
+        addr = libc.lib.mmap(None, size, libc.PROT_READ, libc.MAP_SHARED, fd, 0)
+        if addr in (None, libc.MAP_FAILED):
             raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
         try:
-            vec = (ctypes.c_ubyte * pages)()
-            if _libc.mincore(addr, size, vec) != 0:
-                raise OSError(ctypes.get_errno(), f"mincore of {path} failed")
+            resident = libc.resident_pages(addr, n * libc.PAGE, (ctypes.c_ubyte * n)())
         finally:
-            _libc.munmap(addr, size)
+            libc.lib.munmap(addr, size)
     finally:
         os.close(fd)
-    return sum(v & 1 for v in bytes(vec)) / pages
+    return resident / n
 
 
 def evict(path: os.PathLike) -> None:

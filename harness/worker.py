@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import lib as hlib
+from harness import libc
 from harness import pagecache
 from harness.contract import WorkerParams
 from harness import mechanisms as mech
@@ -86,7 +87,7 @@ def model_moment(model_path: str, io_stat: str | None) -> dict:
 
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * mech.PAGE
+        return int(f.read().split()[1]) * libc.PAGE
 
 
 GGML_TYPE_F32, GGML_TYPE_I32 = 0, 26
@@ -208,7 +209,7 @@ def evict_experts(mapped: mech.MappedModel, fd: int) -> None:
     drop the now unmapped page cache (FADV_DONTNEED)."""
     for x in mapped.layout.data["expert_tensors"]:
         nbytes = x["bytes_per_expert"] * x["n_expert"]
-        mech.madvise(mapped.base + x["base_offset"], nbytes, mech.MADV_PAGEOUT)
+        libc.madvise(mapped.base + x["base_offset"], nbytes, libc.MADV_PAGEOUT)
         os.posix_fadvise(fd, x["base_offset"], nbytes, os.POSIX_FADV_DONTNEED)
 
 
@@ -280,7 +281,7 @@ class Worker:
         self.locked_bytes = self.locked_count = 0
         if p.mlock_non_expert:
             for t in self.layout.non_expert_tensors:
-                mech.mlock(self.base + t["offset"], t["bytes"])
+                libc.mlock(self.base + t["offset"], t["bytes"])
                 self.locked_bytes += t["bytes"]
                 self.locked_count += 1
         if p.evict_after_load:

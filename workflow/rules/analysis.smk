@@ -2,6 +2,8 @@
 
 
 rule runs_table:
+    input:
+        records=all_run_records,
     output:
         report(
             "results/analysis/runs.csv",
@@ -9,8 +11,6 @@ rule runs_table:
             category="Tables",
             labels={"table": "runs"},
         ),
-    input:
-        records=all_run_records,
     log:
         "logs/runs_table.log",
     conda:
@@ -20,6 +20,15 @@ rule runs_table:
 
 
 rule findings:
+    input:
+        runs="results/analysis/runs.csv",
+        records=all_run_records,
+        io="results/ceilings/io.csv",
+        compute="results/ceilings/compute.json",
+        quota=CPU_QUOTA,
+        baselines=expand("results/baselines/{model}.json", model=BASELINE_MODELS),
+        layouts=expand("results/models/{model}.layout.json", model=LAYOUT_MODELS),
+        infos=expand("results/models/{model}.json", model=LAYOUT_MODELS),
     output:
         results="results/analysis/RESULTS.md",
         tables=directory("results/analysis/tables"),
@@ -30,15 +39,6 @@ rule findings:
             category="Plots",
             labels={"plot": "{name}"},
         ),
-    input:
-        runs="results/analysis/runs.csv",
-        records=all_run_records,
-        io="results/ceilings/io.csv",
-        compute="results/ceilings/compute.json",
-        quota=CPU_QUOTA,
-        baselines=expand("results/baselines/{model}.json", model=BASELINE_MODELS),
-        layouts=expand("results/models/{model}.layout.json", model=LAYOUT_MODELS),
-        infos=expand("results/models/{model}.json", model=LAYOUT_MODELS),
     params:
         config=config,
     log:
@@ -50,13 +50,13 @@ rule findings:
 
 
 rule final:
-    output:
-        directory("results/final"),
     input:
         results=rules.findings.output.results,
         tables=rules.findings.output.tables,
         plots=rules.findings.output.plots,
         runs=rules.runs_table.output[0],
+    output:
+        directory("results/final"),
     log:
         "logs/final.log",
     conda:

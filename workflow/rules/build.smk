@@ -3,10 +3,10 @@
 
 
 rule build_llama:
-    output:
-        manifest=MANIFEST,
     input:
         patch=os.path.join(workflow.basedir, "harness", "llama.cpp.patch"),
+    output:
+        manifest=MANIFEST,
     params:
         build=config["build"],
     priority: 100

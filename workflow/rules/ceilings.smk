@@ -9,7 +9,7 @@ rule cpu_quota:
     output:
         CPU_QUOTA,
     params:
-        tokens=config["ceilings"].get("bench_tokens", 32),
+        tokens=config["ceilings"]["bench_tokens"],
         config=PROFILE_CONFIG,
         dense_model=config["ceilings"]["dense_model"],
     log:
@@ -22,6 +22,9 @@ rule cpu_quota:
 
 
 rule io_ceiling:
+    input:
+        models=expand("results/models/{model}.json", model=LAYOUT_MODELS),
+        quota=CPU_QUOTA,
     output:
         report(
             "results/ceilings/io.csv",
@@ -29,11 +32,8 @@ rule io_ceiling:
             category="Ceilings",
             labels={"ceiling": "I/O"},
         ),
-    input:
-        models=expand("results/models/{model}.json", model=LAYOUT_MODELS),
-        quota=CPU_QUOTA,
     params:
-        samples=config["ceilings"].get("io_samples_mib", [1024, 512, 1024]),
+        samples=config["ceilings"]["io_samples_mib"],
         config=PROFILE_CONFIG,
     log:
         "logs/io_ceiling.log",
@@ -45,15 +45,15 @@ rule io_ceiling:
 
 
 rule compute_ceiling:
-    output:
-        "results/ceilings/compute.json",
     input:
         manifest=MANIFEST,
         quota=CPU_QUOTA,
         dense="results/models/{}.gguf".format(config["ceilings"]["dense_model"]),
         moe="results/models/{}.gguf".format(config["ceilings"]["moe_model"]),
+    output:
+        "results/ceilings/compute.json",
     params:
-        tokens=config["ceilings"].get("bench_tokens", 32),
+        tokens=config["ceilings"]["bench_tokens"],
         config=PROFILE_CONFIG,
         dense_model=config["ceilings"]["dense_model"],
         moe_model=config["ceilings"]["moe_model"],
@@ -67,12 +67,12 @@ rule compute_ceiling:
 
 
 rule stock_baseline:
-    output:
-        "results/baselines/{model}.json",
     input:
         manifest=MANIFEST,
         quota=CPU_QUOTA,
         gguf="results/models/{model}.gguf",
+    output:
+        "results/baselines/{model}.json",
     params:
         # as many tokens as the harness runs decode, so the stock tool is compared like for like
         tokens=config["ceilings"].get("baseline_tokens") or config["defaults"]["tokens"],

@@ -17,7 +17,7 @@ REPEATS = {rid: r.repeats for rid, r in RUNS.items()}
 MAX_REPEATS = max(REPEATS.values(), default=0)
 RUN_DIRS = [f"results/runs/{rid}/rep{k}" for rid, n in REPEATS.items() for k in range(1, n + 1)]
 RUN_MODELS = sorted({r.model for r in RUNS.values()})
-BASELINE_MODELS = list(config["ceilings"].get("baseline_models", []))
+BASELINE_MODELS = list(config["ceilings"]["baseline_models"])
 LAYOUT_MODELS = sorted(set(RUN_MODELS) | set(BASELINE_MODELS)
                        | {config["ceilings"]["dense_model"], config["ceilings"]["moe_model"]})
 MANIFEST = "results/build/llama.json"

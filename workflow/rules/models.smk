@@ -2,10 +2,10 @@
 
 
 rule synthetic_f16:
-    output:
-        temp("results/models/f16/{shape}-seed{seed}.gguf"),
     input:
         manifest=MANIFEST,
+    output:
+        temp("results/models/f16/{shape}-seed{seed}.gguf"),
     priority: 100
     log:
         "logs/synthetic_f16/{shape}-seed{seed}.log",
@@ -17,12 +17,12 @@ rule synthetic_f16:
 
 
 rule model:
-    output:
-        gguf="results/models/{model}.gguf",
-        info="results/models/{model}.json",
     input:
         manifest=MANIFEST,
         f16=synthetic_f16_input,
+    output:
+        gguf="results/models/{model}.gguf",
+        info="results/models/{model}.json",
     params:
         spec=model_spec,
     priority: 100
@@ -36,10 +36,10 @@ rule model:
 
 
 rule layout:
-    output:
-        "results/models/{model}.layout.json",
     input:
         gguf="results/models/{model}.gguf",
+    output:
+        "results/models/{model}.layout.json",
     priority: 100
     log:
         "logs/layout/{model}.log",

@@ -11,16 +11,16 @@ for _round in range(1, MAX_REPEATS + 1):
     rule:
         name:
             f"harness_run_rep{_round}"
-        output:
-            record=f"results/runs/{{run_id}}/rep{_round}/run.json",
-            tokens=f"results/runs/{{run_id}}/rep{_round}/tokens.csv",
-            experts=f"results/runs/{{run_id}}/rep{_round}/experts.csv",
         input:
             manifest=MANIFEST,
             quota=CPU_QUOTA,
             model=run_model_file,
             info=run_model_info,
             layout=run_model_layout,
+        output:
+            record=f"results/runs/{{run_id}}/rep{_round}/run.json",
+            tokens=f"results/runs/{{run_id}}/rep{_round}/tokens.csv",
+            experts=f"results/runs/{{run_id}}/rep{_round}/experts.csv",
         params:
             spec=run_spec,
             repeat=_round,
