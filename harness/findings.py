@@ -282,7 +282,7 @@ class GapFinding(Finding):
         best = ok[ok.run_id == best_id].tok_per_s
         gap = st.dense_ceiling / best.max()
         gap_raw = HOLDS if gap >= FAR_BELOW else FAILS if gap < 2 else INCONCLUSIVE
-        parts = [decide(gap_raw, f"best ({best_id}) is {gap:.3g}x below the dense ceiling", best)]
+        parts = [decide(gap_raw, f"dense ceiling / best ({best_id}) = {gap:.3g}", best)]
         rows = []
         for model in (st.q4, st.q2):
             pm = st.surviving_design(model)
