@@ -1,6 +1,7 @@
 """Every mechanism on a tiny model, through the real supervisor, worker and llama.cpp build."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -225,3 +226,69 @@ def test_cli_runs_one_configuration_by_hand(manifest, tiny_models, tmp_path):
     assert (tmp_path / "m.layout.json").exists()
     # logging off: no activation rows, only the header
     assert open(tmp_path / "out" / "experts.csv").read().count("\n") == 1
+
+
+PROBE = '''
+import json, sys
+import numpy as np
+import pandas as pd
+from harness import mechanisms as mech, worker
+from harness.contract import WorkerParams
+
+
+@mech.register
+class ProbsProbe(mech.NoPrefetch):
+    """Demand paging that also keeps every layer's router probabilities (ffn_moe_probs-<L>)."""
+    name = "probs-probe"
+    observes = b"ffn_moe_probs-"
+
+    def __init__(self, model, **o):
+        super().__init__(model, **o)
+        self.probs = []  # (token of the batch's first row, layer, rows)
+
+    def begin_decode(self, first_token, n_tokens):
+        self.batch = (first_token, n_tokens)
+
+    def on_hidden(self, layer, rows):
+        self.probs.append((self.batch, layer, rows))
+
+
+out, layout, lib, model = sys.argv[1:5]
+p = WorkerParams(out_dir=out, layout=layout, lib_dir=lib, model_path=model, mechanism="probs-probe",
+                 prompt="The history of the Roman Empire begins with", tokens=6, threads=2)
+w = worker.Worker(p)
+try:
+    w.load_and_verify(); w.prepare_mechanism(); w.make_context(); w.decode_all()
+    n_used = w.layout.n_expert_used
+    rows = []
+    for (first, n), layer, probs in w.mechanism.probs:
+        for r, row in enumerate(probs):
+            token = first + n - len(probs) + r  # rows are the batch's last len(probs) tokens
+            top = sorted(int(e) for e in np.argsort(-row, kind="stable")[:n_used])
+            rows.append({"token": token, "layer": layer, "top": top})
+finally:
+    w.close()
+print(json.dumps(rows))
+'''
+
+
+def test_hook_ids_are_the_top_k_of_the_router_probabilities(manifest, tiny_models, tmp_path):
+    """Every layer and token, the prompt batch and the last layer included: the ids the hook read
+    from ffn_moe_topk-<L> are the top n_expert_used of ffn_moe_probs-<L> (observed separately)."""
+    import subprocess
+    import sys
+
+    model = tiny_models["olmoe-tiny-Q4_K_M"]
+    res = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path), model["layout"],
+                          manifest["lib_dir"], model["gguf"]], capture_output=True, text=True,
+                         env={"LLAMA_CPP_LIB_PATH": manifest["lib_dir"], "PATH": "/usr/bin:/bin",
+                              "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert res.returncode == 0, res.stderr[-3000:]
+    probes = json.loads(res.stdout.strip().splitlines()[-1])
+    ex = pd.read_csv(tmp_path / "experts.csv.part")
+    hooked = ex.groupby(["token", "layer"]).expert.apply(lambda s: sorted(s)).to_dict()
+    n_layer = model["data"]["n_layer"]
+    assert len(probes) == len(hooked) == n_layer * (6 + 8) - 7  # the prompt's last layer: 1 row
+    for p in probes:
+        assert hooked[(p["token"], p["layer"])] == p["top"], p
+    assert {p["layer"] for p in probes if p["token"] < 8} == set(range(n_layer))  # the prompt too
