@@ -6,6 +6,7 @@ threads, interleaved, several repeats each. Prints one JSON line per measurement
 """
 
 import json
+import logging
 import statistics
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from harness.limits import Limits
 
 
 def main():
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     model = Path(sys.argv[1]).resolve()
     repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     tokens = int(sys.argv[3]) if len(sys.argv) > 3 else 32
@@ -39,7 +41,7 @@ def main():
                               repeat=k + 1, warm=True)
             rec = supervise.run(spec, Path(d) / "run", lib_dir=manifest["lib_dir"], build=manifest,
                                 model_info=info, layout_path=layout, limits=Limits(),
-                                time_limit_s=3600, log=lambda s: None)
+                                time_limit_s=3600)
             import pandas as pd
 
             tok = pd.read_csv(Path(d) / "run" / "tokens.csv")

@@ -11,6 +11,7 @@ The CPU quota is the pipeline's calibrated one (results/ceilings/cpu_quota.json)
 """
 
 import json
+import logging
 import statistics
 import sys
 import tempfile
@@ -28,6 +29,7 @@ from harness.limits import block_device_of
 
 
 def main():
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     model = Path(sys.argv[1]).resolve()
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     tokens = int(sys.argv[3]) if len(sys.argv) > 3 else 8
@@ -49,7 +51,7 @@ def main():
             with tempfile.TemporaryDirectory(dir=model.parent) as d:
                 rec = supervise.run(spec, Path(d) / "run", lib_dir=manifest["lib_dir"], build=manifest,
                                     model_info=info, layout_path=layout, limits=limits,
-                                    time_limit_s=3600, log=lambda s: None)
+                                    time_limit_s=3600)
                 tok = pd.read_csv(Path(d) / "run" / "tokens.csv")
             gen = tok[tok.phase == "gen"]
             row = {"round": k, "mechanism": mech, "read_ahead_kb": rec["limits_in_force"]["read_ahead_kb"],

@@ -14,6 +14,7 @@ Measured here (study: 80% coverage 20-33 of 64, 44-59 distinct, 35.7% shared at 
 """
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from harness.util import atomic_write_json
 
 
 def main():
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     M.MATRIX_SCALE, M.ROUTER_SCALE = float(sys.argv[1]), float(sys.argv[2])
     man = json.loads((ROOT / "results/build/llama.json").read_text())
     shape = M.Shape("olmoe", "calibration", n_layer=4, n_embd=512, n_ff=256, n_head=4, n_head_kv=4,
@@ -40,8 +42,8 @@ def main():
     M.SHAPES["calibration"] = shape
     d = Path(tempfile.mkdtemp())
     f16, q = d / "f16.gguf", d / "q4.gguf"
-    M.write_f16(shape, 1, Path(man["source_tree"]) / shape.vocab_file, f16, log=lambda s: None)
-    M.quantize(man, f16, q, "Q4_K_M", 2, log_file=subprocess.DEVNULL, log=lambda s: None)
+    M.write_f16(shape, 1, Path(man["source_tree"]) / shape.vocab_file, f16)
+    M.quantize(man, f16, q, "Q4_K_M", 2, log_file=subprocess.DEVNULL)
     atomic_write_json(d / "layout.json", read_layout(q))
     os.makedirs(d / "run")
     (d / "params.json").write_text(json.dumps({

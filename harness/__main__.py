@@ -12,6 +12,7 @@ run killed by its limits, 1 for a failure.
 from __future__ import annotations
 
 import argparse
+import logging
 import json
 import sys
 from pathlib import Path
@@ -46,6 +47,7 @@ def main(argv=None) -> int:
     ap.add_argument("--manifest", default="results/build/llama.json")
     ap.add_argument("-o", "--out", required=True, help="output directory of the run's records")
     a = ap.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
 
     model = Path(a.model).resolve()
     layout_path = model.with_name(model.stem + ".layout.json")
@@ -70,8 +72,7 @@ def main(argv=None) -> int:
                     read_ahead_kb=a.read_ahead_kb, cpu_quota=a.cpu_quota, device_path=str(model))
     try:
         rec = supervise.run(spec, a.out, lib_dir=manifest["lib_dir"], build=manifest, model_info=info,
-                            layout_path=str(layout_path), limits=limits, time_limit_s=a.time_limit,
-                            log=lambda s: print(s, file=sys.stderr))
+                            layout_path=str(layout_path), limits=limits, time_limit_s=a.time_limit)
     except supervise.RunFailed as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.util import atomic_write_text, sha256_file
+
+log = logging.getLogger(__name__)
 
 PATCH = Path(__file__).with_name("llama.cpp.patch")
 SDIST_VENDOR = "vendor/llama.cpp"
@@ -62,17 +65,17 @@ def resolve_cache_dir(configured: str | None) -> Path:
 # --- source -----------------------------------------------------------------------------------
 
 
-def fetch_sdist(package: str, version: str, sha256: str, cache_dir: Path, log=print) -> Path:
+def fetch_sdist(package: str, version: str, sha256: str, cache_dir: Path) -> Path:
     """The sdist tarball, downloaded once with pip into the cache and verified by sha256."""
     dest_dir = cache_dir / "sdist"
     dest_dir.mkdir(parents=True, exist_ok=True)
     name = f"{package.replace('-', '_')}-{version}.tar.gz"
     tarball = dest_dir / name
     if tarball.exists() and sha256_file(tarball) == sha256:
-        log(f"source: reusing {tarball}")
+        log.info(f"source: reusing {tarball}")
         return tarball
     with tempfile.TemporaryDirectory(dir=dest_dir) as tmp:
-        log(f"source: pip download {package}=={version} (sdist)")
+        log.info(f"source: pip download {package}=={version} (sdist)")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                "--no-build-isolation", "--disable-pip-version-check", "-d", tmp, f"{package}=={version}"]
         res = subprocess.run(cmd, capture_output=True, text=True)
@@ -134,11 +137,11 @@ class Source:
     kind: str
 
 
-def prepare_source(source_cfg: dict, cache_dir: Path, log=print) -> Source:
+def prepare_source(source_cfg: dict, cache_dir: Path) -> Source:
     kind = source_cfg["kind"]
     if kind == "pypi-sdist":
         tarball = fetch_sdist(source_cfg["package"], source_cfg["version"], source_cfg["sha256"],
-                              cache_dir, log)
+                              cache_dir)
         top = f"{source_cfg['package'].replace('-', '_')}-{source_cfg['version']}"
         commit = sdist_commit(tarball, top)
         if source_cfg.get("commit") and source_cfg["commit"] != commit:
@@ -146,7 +149,7 @@ def prepare_source(source_cfg: dict, cache_dir: Path, log=print) -> Source:
         tree = cache_dir / "src" / f"llama.cpp-{commit}"
         if not (tree / "CMakeLists.txt").exists():
             with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
-                log(f"source: extracting {top}/{SDIST_VENDOR}")
+                log.info(f"source: extracting {top}/{SDIST_VENDOR}")
                 safe_extract(tarball, f"{top}/{SDIST_VENDOR}/", Path(tmp))
                 tree.parent.mkdir(parents=True, exist_ok=True)
                 shutil.rmtree(tree, ignore_errors=True)
@@ -161,7 +164,7 @@ def prepare_source(source_cfg: dict, cache_dir: Path, log=print) -> Source:
         tree = cache_dir / "src" / f"llama.cpp-{commit}"
         if not (tree / "CMakeLists.txt").exists():
             with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
-                log(f"source: git clone {source_cfg['url']} @ {commit}")
+                log.info(f"source: git clone {source_cfg['url']} @ {commit}")
                 subprocess.run(["git", "clone", "--quiet", source_cfg["url"], tmp + "/t"], check=True)
                 subprocess.run(["git", "-C", tmp + "/t", "checkout", "--quiet", commit], check=True)
                 shutil.rmtree(Path(tmp) / "t" / ".git")
@@ -179,7 +182,7 @@ def build_key(commit: str, patch_sha256: str, flags: tuple[str, ...]) -> str:
     return f"{commit[:12]}-{h[:16]}"
 
 
-def apply_patch(tree: Path, patch: Path, dest: Path, log=print) -> None:
+def apply_patch(tree: Path, patch: Path, dest: Path) -> None:
     """Copy the tree to dest and apply the patch there; a clean error if it does not apply."""
     shutil.copytree(tree, dest, symlinks=True)
     res = subprocess.run(["git", "apply", "--check", "-v", str(patch)], cwd=dest, capture_output=True,
@@ -187,11 +190,10 @@ def apply_patch(tree: Path, patch: Path, dest: Path, log=print) -> None:
     if res.returncode != 0:
         raise BuildError(f"{patch} does not apply to llama.cpp at {tree}:\n{res.stderr.strip()}")
     subprocess.run(["git", "apply", str(patch)], cwd=dest, check=True)
-    log(f"build: applied {patch.name}")
+    log.info(f"build: applied {patch.name}")
 
 
-def build(source: Source, cache_dir: Path, jobs: int, extra_flags: tuple[str, ...] = (),
-          log=print) -> dict:
+def build(source: Source, cache_dir: Path, jobs: int, extra_flags: tuple[str, ...] = ()) -> dict:
     """Build (or reuse) the patched llama.cpp; returns the manifest describing it."""
     flags = CMAKE_FLAGS + tuple(extra_flags)
     patch_sha = sha256_file(PATCH)
@@ -199,15 +201,15 @@ def build(source: Source, cache_dir: Path, jobs: int, extra_flags: tuple[str, ..
     prefix = cache_dir / "build" / key
     manifest_path = prefix / "manifest.json"
     if manifest_path.exists():
-        log(f"build: reusing cached build {prefix}")
+        log.info(f"build: reusing cached build {prefix}")
         return json.loads(manifest_path.read_text())
     (cache_dir / "build").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=cache_dir / "build"))
     try:
         tree = work / "llama.cpp"
-        apply_patch(source.path, PATCH, tree, log)
+        apply_patch(source.path, PATCH, tree)
         bdir = tree / "build"
-        log(f"build: cmake {' '.join(flags)}")
+        log.info(f"build: cmake {' '.join(flags)}")
         subprocess.run(["cmake", "-S", str(tree), "-B", str(bdir), *flags], check=True,
                        stdout=sys.stderr)
         subprocess.run(["cmake", "--build", str(bdir), "-j", str(jobs), "--target", *BUILD_TARGETS],
@@ -239,11 +241,11 @@ def build(source: Source, cache_dir: Path, jobs: int, extra_flags: tuple[str, ..
         shutil.rmtree(work, ignore_errors=True)
 
 
-def ensure_build(build_cfg: dict, jobs: int, log=print) -> dict:
+def ensure_build(build_cfg: dict, jobs: int) -> dict:
     cache_dir = resolve_cache_dir(build_cfg.get("cache_dir"))
     cache_dir.mkdir(parents=True, exist_ok=True)
-    source = prepare_source(build_cfg["source"], cache_dir, log)
-    manifest = build(source, cache_dir, jobs, tuple(build_cfg.get("extra_cmake_flags", [])), log)
+    source = prepare_source(build_cfg["source"], cache_dir)
+    manifest = build(source, cache_dir, jobs, tuple(build_cfg.get("extra_cmake_flags", [])))
     manifest["source_tree"] = str(source.path)
     manifest["file_advice"] = file_advice(source.path)
     return manifest

@@ -9,6 +9,7 @@ OLMoE quant under the profile, with each load mode it supports (mmap, direct I/O
 from __future__ import annotations
 
 import json
+import logging
 import mmap
 import os
 import subprocess
@@ -16,10 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-from harness.contract import Status
 from harness import pagecache
+from harness.contract import Status
 from harness.limits import Limits, RunCgroup
 from harness.supervise import utcnow
+
+log = logging.getLogger(__name__)
 
 CHUNK = 8 << 20
 
@@ -65,7 +68,7 @@ def in_cgroup(limits: Limits, argv: list[str], env=None, stdout=None, stderr=Non
                                     oom_killed=cg.oom_killed())
 
 
-def io_ceiling(scratch_dir: Path, samples_mib: list[int], limits: Limits, log=print) -> list[dict]:
+def io_ceiling(scratch_dir: Path, samples_mib: list[int], limits: Limits) -> list[dict]:
     scratch_dir.mkdir(parents=True, exist_ok=True)
     test = scratch_dir / ".io-ceiling.bin"
     total = sum(samples_mib) << 20
@@ -87,7 +90,7 @@ def io_ceiling(scratch_dir: Path, samples_mib: list[int], limits: Limits, log=pr
             rows.append({"sample": i, "offset_bytes": offset, "bytes": mib << 20, "mb_per_s": mbps,
                          "start_utc": start, "end_utc": utcnow(),
                          "read_bps_limit": in_force.get("read_bps"), "cgroup": in_force.get("cgroup")})
-            log(f"io ceiling sample {i}: {mib} MiB at offset {offset}: {mbps:.1f} MB/s")
+            log.info(f"io ceiling sample {i}: {mib} MiB at offset {offset}: {mbps:.1f} MB/s")
             offset += mib << 20
     finally:
         test.unlink(missing_ok=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from pathlib import Path
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.mechanisms import REGISTRY
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from harness.contract import Status
 from harness import analysis as A
 from harness.analysis import FAILS, HOLDS, INCONCLUSIVE, MIN_REPEATS, WIDE_SPREAD
+from harness.contract import Status
 
 STUDY_ROUTING = {"experts_for_80pct_median": 25.0, "distinct_per_layer_64_tokens": "44-59",
                  "shared_distance_1": 0.357, "shared_distance_8": 0.208}

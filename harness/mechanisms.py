@@ -18,10 +18,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from harness.layout import Layout
-
-from harness.libc import (MADV_DONTNEED, MADV_POPULATE_READ, MADV_WILLNEED, MAP_PRIVATE, MAP_SHARED,
-                          PAGE, POSIX_FADV_WILLNEED, PROT_READ, PROT_WRITE, check, madvise,
-                          mmap_fixed, page_span, resident_pages)
+from harness.libc import (
+    MADV_DONTNEED,
+    MADV_POPULATE_READ,
+    MADV_WILLNEED,
+    MAP_PRIVATE,
+    MAP_SHARED,
+    PAGE,
+    POSIX_FADV_WILLNEED,
+    PROT_READ,
+    PROT_WRITE,
+    check,
+    madvise,
+    mmap_fixed,
+    page_span,
+    resident_pages,
+)
 from harness.libc import lib as _libc
 
 

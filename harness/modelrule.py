@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -11,14 +12,16 @@ from harness.build import default_cache_dir
 from harness.util import atomic_write_json, sha256_file
 from harness.validate import check_gguf
 
+log = logging.getLogger(__name__)
+
 
 def make_model(name: str, spec: dict, manifest_path: str, f16: str | None, out_gguf: str,
-               out_info: str, threads: int, log=print) -> dict:
+               out_info: str, threads: int) -> dict:
     manifest = json.loads(Path(manifest_path).read_text())
     t0 = time.time()
     src = spec["source"]
     if src == "synthetic":
-        models.quantize(manifest, Path(f16), Path(out_gguf), spec["quant"], threads, log=log)
+        models.quantize(manifest, Path(f16), Path(out_gguf), spec["quant"], threads)
     elif src == "huggingface":
         fetch.download_hf(spec, out_gguf, default_cache_dir() / "hf")
     else:
@@ -32,5 +35,5 @@ def make_model(name: str, spec: dict, manifest_path: str, f16: str | None, out_g
     if src == "huggingface":
         info.update(repo=spec["repo"], file=spec["file"], revision=spec["revision"])
     atomic_write_json(out_info, info)
-    log(f"model {name}: {info['bytes']} bytes, synthetic={synthetic}, {info['seconds']} s")
+    log.info(f"model {name}: {info['bytes']} bytes, synthetic={synthetic}, {info['seconds']} s")
     return info

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -35,6 +36,8 @@ import numpy as np
 from harness.layout import EXPERT_RE
 from harness.lib import ggml_base
 from harness.util import atomic_path, atomic_write_text
+
+log = logging.getLogger(__name__)
 
 # Weight scales (times 1/sqrt(fan_in)). With smaller matrices (0.5) a random model's residual
 # stream hardly changes from token to token, greedy decoding loops, and routing becomes sticky
@@ -190,7 +193,7 @@ def _copy_tokenizer(writer: gguf.GGUFWriter, vocab_path: Path, n_vocab: int) -> 
                              sub_type=gguf.GGUFValueType(sub) if sub is not None else None)
 
 
-def write_f16(shape: Shape, seed: int, vocab_path: Path, out: Path, log=print) -> None:
+def write_f16(shape: Shape, seed: int, vocab_path: Path, out: Path) -> None:
     """Write the F16 model tensor by tensor; atomic."""
     plan = tensor_plan(shape)
     with atomic_path(out) as tmp:
@@ -238,7 +241,7 @@ def write_f16(shape: Shape, seed: int, vocab_path: Path, out: Path, log=print) -
             else:
                 w.write_tensor_data(_weights(rng, np_shape, role))
             if i % 25 == 0:
-                log(f"models: wrote {i + 1}/{len(plan)} tensors of {out.name}")
+                log.info(f"models: wrote {i + 1}/{len(plan)} tensors of {out.name}")
         w.close()
 
 
@@ -254,8 +257,7 @@ class _Hole:
         f.write(b"\0")  # the file's size must cover the tensor even if it is the last one
 
 
-def quantize(manifest: dict, src: Path, dst: Path, quant: str, threads: int, log_file=None,
-             log=print) -> None:
+def quantize(manifest: dict, src: Path, dst: Path, quant: str, threads: int, log_file=None) -> None:
     """llama-quantize the synthetic F16 src -> dst, then fill its expert tensors from seeded
     quantized block pools (see the module's docstring). Atomic: a failure never leaves dst."""
     with atomic_path(dst) as tmp:
@@ -263,7 +265,7 @@ def quantize(manifest: dict, src: Path, dst: Path, quant: str, threads: int, log
                              stdout=log_file or sys.stderr, stderr=subprocess.STDOUT)
         if res.returncode != 0:
             raise RuntimeError(f"llama-quantize {src.name} -> {quant} failed (exit {res.returncode})")
-        fill_expert_tensors(tmp, Path(manifest["lib_dir"]), log=log)
+        fill_expert_tensors(tmp, Path(manifest["lib_dir"]))
 
 
 class GgmlQuantizer:
@@ -300,7 +302,7 @@ def block_pool(quantizer: GgmlQuantizer, qtype: gguf.GGMLQuantizationType, n_per
     return quantizer(qtype, w).reshape(-1, type_size)
 
 
-def fill_expert_tensors(path: Path, lib_dir: Path, log=print) -> int:
+def fill_expert_tensors(path: Path, lib_dir: Path) -> int:
     """Fill every merged expert tensor of a synthetic quantized file with blocks drawn from
     seeded pools; returns the number of tensors filled. Deterministic in the file's seed."""
     reader = gguf.GGUFReader(path)
@@ -324,7 +326,7 @@ def fill_expert_tensors(path: Path, lib_dir: Path, log=print) -> int:
             if key not in pools:  # no bigger than one tensor: tiny models stay quick
                 pools[key] = block_pool(quantizer, qtype, n_per_row, seed,
                                         min(EXPERT_POOL_BLOCKS, n_blocks))
-                log(f"models: pool of {len(pools[key])} {qtype.name} blocks for rows of {n_per_row}")
+                log.info(f"models: pool of {len(pools[key])} {qtype.name} blocks for rows of {n_per_row}")
             pool = pools[key]
             rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
             for start in range(0, n_blocks, chunk_blocks):
@@ -333,7 +335,7 @@ def fill_expert_tensors(path: Path, lib_dir: Path, log=print) -> int:
                 if os.pwrite(fd, data, offset + start * type_size) != len(data):
                     raise OSError(f"{path}: short write filling {name}")
             if i % 12 == 0:
-                log(f"models: filled {i + 1}/{len(targets)} expert tensors of {path.name}")
+                log.info(f"models: filled {i + 1}/{len(targets)} expert tensors of {path.name}")
     finally:
         os.close(fd)
     return len(targets)

@@ -11,6 +11,7 @@ import os
 
 from harness import libc
 
+
 def residency(path: os.PathLike) -> float:
     """Fraction of the file's pages in the page cache (0..1)."""
     size = os.path.getsize(path)

@@ -7,6 +7,7 @@ and the CSV hold the same digits), and every section names the CSV and the rule 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +20,11 @@ import numpy as np
 import pandas as pd
 
 from harness import analysis as A
-from harness.contract import Status
 from harness import findings as F
 from harness import plots as P
+from harness.contract import Status
+
+log = logging.getLogger(__name__)
 
 STUDY = {
     "breakdown": "at the best configuration, pread 58% and compute 42% of the time per token; "
@@ -83,7 +86,7 @@ class Writer:
         self.parts.append(f"![{caption}](plots/{name}.png)\n\n*{caption}*\n")
 
 
-def write_findings(inputs, outputs, config: dict, log=print) -> None:
+def write_findings(inputs, outputs, config: dict) -> None:
     """RESULTS.md with its tables and plots, section by section."""
     d = _load(inputs, config)
     w = Writer(Path(outputs.tables), Path(outputs.plots))
@@ -97,7 +100,7 @@ def write_findings(inputs, outputs, config: dict, log=print) -> None:
     out_md = Path(outputs.results)
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text("\n".join(w.parts))
-    log(f"wrote {out_md}")
+    log.info(f"wrote {out_md}")
 
 
 @dataclass

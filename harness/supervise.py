@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import logging
 import os
 import shutil
 import signal
@@ -29,6 +30,8 @@ from harness.machine import machine_info
 from harness.mechanisms import REGISTRY
 from harness.util import atomic_path, atomic_write_json, sha256_file
 from harness.validate import check_header
+
+log = logging.getLogger(__name__)
 
 STATUS_OK, STATUS_MEM, STATUS_TIME, STATUS_FAILED = (s.value for s in Status)
 
@@ -61,7 +64,7 @@ def _finalize_csv(part: Path, dst: Path, header: str) -> int:
     return len(lines) - 1
 
 
-def _wait_with_progress(proc, worker_log: Path, time_limit_s, log) -> tuple[int, bool]:
+def _wait_with_progress(proc, worker_log: Path, time_limit_s) -> tuple[int, bool]:
     """Wait for the worker, relaying its progress lines (tokens done, tok/s so far) to our log,
     and SIGKILL it past the time limit. Returns (exit code, timed out)."""
     deadline = time.monotonic() + time_limit_s if time_limit_s else None
@@ -78,7 +81,7 @@ def _wait_with_progress(proc, worker_log: Path, time_limit_s, log) -> tuple[int,
             pos = f.tell()
         for line in chunk.splitlines():
             if line.startswith("progress:"):
-                log(line)
+                log.info(line)
         if deadline is not None and time.monotonic() > deadline:
             proc.send_signal(signal.SIGKILL)
             return proc.wait(), True
@@ -99,7 +102,7 @@ def _reap_leftovers(*dirs: Path) -> None:
 
 
 def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_info: dict,
-        layout_path: str, limits: Limits, time_limit_s: float | None, log=print) -> dict:
+        layout_path: str, limits: Limits, time_limit_s: float | None) -> dict:
     """spec: the run's configuration (run_id, model, mechanism, switches, prompt, tokens, ...)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -125,11 +128,11 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
         ).write(work / "params.json")
         record.update(start_utc=utcnow(), residency_before=res_before,
                       residency_at_start=res_after_evict)
-        record.update(_measure(work, cg, lib_dir, time_limit_s, log))
+        record.update(_measure(work, cg, lib_dir, time_limit_s))
         record["residency_after"] = pagecache.residency(run_model)
         record.update(_collect(work, out, spec))
         record.update(_provenance(limits, time_limit_s, cg, model_info, build))
-        return _finish(record, out, work, model_path, log)
+        return _finish(record, out, work, model_path)
     finally:
         cg.close()
         shutil.rmtree(work, ignore_errors=True)
@@ -155,7 +158,7 @@ def _model_to_run(spec: dict, model_path: str) -> tuple[str, Path | None]:
     return run_model, scratch
 
 
-def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, log) -> dict:
+def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s) -> dict:
     """The measured process in the run's cgroup, and what the kernel did beside it."""
     env = dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir)
     box = BoxRecord(cg.in_force.get("device")).begin()
@@ -164,7 +167,7 @@ def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, log) -> dict
         proc = subprocess.Popen([sys.executable, "-m", "harness.worker", str(work / "params.json")],
                                 stdout=wlog, stderr=subprocess.STDOUT, env=env,
                                 preexec_fn=cg.enter if cg.dirs else None)
-        rc, timed_out = _wait_with_progress(proc, work / "worker.log", time_limit_s, log)
+        rc, timed_out = _wait_with_progress(proc, work / "worker.log", time_limit_s)
     wall = time.monotonic() - t0
     return {"wall_s": wall, "end_utc": utcnow(), "exit_code": rc,
             "status": Status.of(rc, timed_out=timed_out, oom_killed=cg.oom_killed()).value,
@@ -206,7 +209,7 @@ def _provenance(limits: Limits, time_limit_s, cg: RunCgroup, model_info: dict, b
         "machine": machine_info()}
 
 
-def _finish(record: dict, out: Path, work: Path, model_path: str, log) -> dict:
+def _finish(record: dict, out: Path, work: Path, model_path: str) -> dict:
     """A failed run leaves run.failed.json and raises; a result is written last, atomically."""
     if record["status"] == Status.FAILED.value:
         tail = "\n".join((out / "worker.log").read_text(errors="replace").splitlines()[-15:])
@@ -216,6 +219,6 @@ def _finish(record: dict, out: Path, work: Path, model_path: str, log) -> dict:
     if not record["model_unchanged"]:
         raise RunFailed(f"run {record['run_id']}: model file {model_path} changed during the run")
     atomic_write_json(out / "run.json", record)  # last: its presence means the run is complete
-    log(f"run {record['run_id']}: {record['status']}, {record['tokens_completed']} tokens, "
+    log.info(f"run {record['run_id']}: {record['status']}, {record['tokens_completed']} tokens, "
         f"{record['wall_s']:.1f} s")
     return record

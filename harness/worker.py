@@ -20,10 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from harness import lib as hlib
-from harness import libc
-from harness import pagecache
-from harness.contract import WorkerParams
+from harness import libc, pagecache
 from harness import mechanisms as mech
+from harness.contract import WorkerParams
 from harness.layout import Layout
 from harness.limits import read_io_bytes
 

@@ -27,7 +27,7 @@ def test_config() -> dict:
 
 @pytest.fixture(scope="session")
 def manifest(test_config) -> dict:
-    return ensure_build(test_config["build"], jobs=2, log=lambda s: print(s, file=sys.stderr))
+    return ensure_build(test_config["build"], jobs=2)
 
 
 @pytest.fixture(scope="session")
@@ -38,11 +38,11 @@ def tiny_models(manifest, tmp_path_factory) -> dict:
     for shape_name, quants in (("olmoe-tiny", ("Q4_K_M", "Q2_K")), ("qwen2-tiny", ("Q8_0",))):
         shape = SHAPES[shape_name]
         f16 = d / f"{shape_name}-f16.gguf"
-        write_f16(shape, 7, Path(manifest["source_tree"]) / shape.vocab_file, f16, log=lambda s: None)
+        write_f16(shape, 7, Path(manifest["source_tree"]) / shape.vocab_file, f16)
         for q in quants:
             name = f"{shape_name}-{q}"
             gguf = d / f"{name}.gguf"
-            quantize(manifest, f16, gguf, q, 2, log_file=subprocess.DEVNULL, log=lambda s: None)
+            quantize(manifest, f16, gguf, q, 2, log_file=subprocess.DEVNULL)
             layout = read_layout(gguf)
             lp = d / f"{name}.layout.json"
             atomic_write_json(lp, layout)

@@ -57,7 +57,7 @@ def test_manifest_records_pinned_commit_and_patch(manifest, test_config):
     for tool in ("llama_bench", "llama_quantize"):
         assert build.Path(manifest[tool]).exists()
     # a second ensure_build reuses the cache instead of rebuilding
-    again = build.ensure_build(test_config["build"], jobs=2, log=lambda s: None)
+    again = build.ensure_build(test_config["build"], jobs=2)
     assert again["key"] == manifest["key"]
 
 

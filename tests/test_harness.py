@@ -22,7 +22,7 @@ def spec(mechanism, **kw):
 def run(manifest, model, out, s, limits=None, time_limit=120):
     return supervise.run(s, out, lib_dir=manifest["lib_dir"], build=manifest, model_info=model["info"],
                          layout_path=model["layout"], limits=limits or Limits(),
-                         time_limit_s=time_limit, log=lambda m: None)
+                         time_limit_s=time_limit)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ def lookahead_run(request, manifest, tiny_models, tmp_path_factory):
                       lookahead_call="fadvise", lookahead_base="pread+madvise")
     rec = supervise.run(spec, d, lib_dir=manifest["lib_dir"], build=manifest,
                         model_info=model["info"], layout_path=model["layout"], limits=Limits(),
-                        time_limit_s=120, log=lambda m: None)
+                        time_limit_s=120)
     return rec, d, model["data"]
 
 

@@ -113,7 +113,7 @@ def test_download_from_hub_verifies_sha256(hub, manifest, tmp_path, monkeypatch)
     mpath = tmp_path / "manifest.json"
     mpath.write_text(__import__("json").dumps(manifest))
     info = make_model("real", spec, str(mpath), None, str(tmp_path / "real.gguf"),
-                      str(tmp_path / "real.json"), 2, log=lambda s: None)
+                      str(tmp_path / "real.json"), 2)
     assert info["sha256"] == sha and info["synthetic"] is True  # it is our tiny synthetic file
     assert (tmp_path / "real.gguf").exists()
 

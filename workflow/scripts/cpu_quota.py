@@ -2,8 +2,11 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-import json
 import logging
+
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
+
+import json
 from pathlib import Path
 
 from harness import pagecache
@@ -13,7 +16,6 @@ from harness.config import profile_limits
 from harness.supervise import utcnow
 from harness.util import atomic_write_json
 
-logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
 cfg = snakemake.params.config
 prof = cfg["profiles"][cfg["profile"]]
 manifest = json.loads(Path(snakemake.input.manifest).read_text())

@@ -2,7 +2,10 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
+import logging
+
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
+
 from harness.report import write_findings
 
-write_findings(snakemake.input, snakemake.output, snakemake.params.config,
-               log=lambda s: print(s, file=sys.stderr))
+write_findings(snakemake.input, snakemake.output, snakemake.params.config)

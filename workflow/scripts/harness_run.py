@@ -2,6 +2,10 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
+import logging
+
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
+
 import json
 from pathlib import Path
 
@@ -16,4 +20,4 @@ supervise.run(spec, Path(snakemake.output.record).parent, lib_dir=manifest["lib_
               model_info=info, layout_path=snakemake.input.layout,
               limits=profile_limits(snakemake.params.config, snakemake.input.model,
                                    cpu_quota=cpu_quota_of(snakemake.input.quota)),
-              time_limit_s=spec["time_limit_s"], log=lambda s: print(s, file=sys.stderr))
+              time_limit_s=spec["time_limit_s"])

@@ -2,6 +2,10 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
+import logging
+
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
+
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +17,6 @@ from harness.util import atomic_path
 models_dir = Path(snakemake.input.models[0]).parent
 limits = profile_limits(snakemake.params.config, str(models_dir),
                         cpu_quota=cpu_quota_of(snakemake.input.quota))
-rows = io_ceiling(models_dir, snakemake.params.samples, limits, log=lambda s: print(s, file=sys.stderr))
+rows = io_ceiling(models_dir, snakemake.params.samples, limits)
 with atomic_path(snakemake.output[0]) as tmp:
     pd.DataFrame(rows).to_csv(tmp, index=False)

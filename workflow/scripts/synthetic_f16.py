@@ -2,6 +2,10 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
+import logging
+
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
+
 import json
 from pathlib import Path
 
@@ -10,4 +14,4 @@ from harness.models import SHAPES, write_f16
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
 shape = SHAPES[snakemake.wildcards.shape]
 write_f16(shape, int(snakemake.wildcards.seed), Path(manifest["source_tree"]) / shape.vocab_file,
-          Path(snakemake.output[0]), log=lambda s: print(s, file=sys.stderr))
+          Path(snakemake.output[0]))
