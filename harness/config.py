@@ -205,6 +205,7 @@ MIN_BYTES_PER_WEIGHT = 2.625 / 8
 
 
 def _check_ram_budgets(config: dict) -> None:
+    from harness.layout import is_expert_tensor
     from harness.models import SHAPES, tensor_plan
 
     name = config["profile"]
@@ -215,7 +216,8 @@ def _check_ram_budgets(config: dict) -> None:
     for mname, m in config.get("models", {}).items():
         if m.get("source") != "synthetic" or m.get("shape") not in SHAPES:
             continue
-        weights = sum(int(math.prod(s)) for n, s, _ in tensor_plan(SHAPES[m["shape"]]) if "_exps" not in n)
+        weights = sum(int(math.prod(s)) for n, s, _ in tensor_plan(SHAPES[m["shape"]])
+                      if not is_expert_tensor(n))
         need = int(weights * MIN_BYTES_PER_WEIGHT)
         if budget < need:
             raise ConfigError(f"config: profiles.{name}.ram_budget: {budget} bytes is smaller than model "

@@ -17,6 +17,18 @@ from pathlib import Path
 import gguf
 
 EXPERT_RE = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.weight$")
+
+# the project's own GGUF metadata keys (harness.models writes them, every reader reads these)
+SYNTHETIC_KEY = "moe_offload_bench.synthetic"
+SEED_KEY = "moe_offload_bench.seed"
+SHAPE_KEY = "moe_offload_bench.shape"
+SCALES_KEY = "moe_offload_bench.weight_scales"
+EXPERT_WEIGHTS_KEY = "moe_offload_bench.expert_weights"
+
+
+def is_expert_tensor(name: str) -> bool:
+    """A merged expert tensor (blk.N.ffn_{gate,up,down}_exps.weight): the slabs the mechanisms read."""
+    return EXPERT_RE.match(name) is not None
 EXPERT_KINDS = ("gate", "up", "down")
 
 
@@ -68,8 +80,8 @@ def read_layout(path: os.PathLike) -> dict:
     slab_per_layer = {}
     for x in experts:
         slab_per_layer[x["layer"]] = slab_per_layer.get(x["layer"], 0) + x["bytes_per_expert"]
-    synthetic = bool(_field(reader, "moe_offload_bench.synthetic", False))
-    seed = _field(reader, "moe_offload_bench.seed")
+    synthetic = bool(_field(reader, SYNTHETIC_KEY, False))
+    seed = _field(reader, SEED_KEY)
     return {
         "model": str(path),
         "file_size": file_size,

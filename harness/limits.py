@@ -22,9 +22,11 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 from harness.box import BoxError, DeviceReadahead
+from harness.util import left_by_dead_process
 
 CGROOT = Path("/sys/fs/cgroup")
 PARENT = "moe-offload-bench"
@@ -61,13 +63,7 @@ def reap_stale() -> list[Path]:
                    CGROOT / PARENT):
         if not parent.is_dir():
             continue
-        for d in parent.glob("run-*"):
-            try:
-                pid = int(d.name.split("-")[1])
-            except (IndexError, ValueError):
-                continue
-            if Path(f"/proc/{pid}").exists():
-                continue
+        for d in left_by_dead_process(parent.glob("run-*")):
             with contextlib.suppress(OSError):
                 d.rmdir()
                 removed.append(d)
@@ -101,25 +97,31 @@ CPU_PERIOD_US = 250_000
 
 @dataclass
 class RunCgroup:
+    """A fresh cgroup for one measurement with the limits applied. Constructing one gives the
+    subclass of this machine's hierarchy (CgroupV1 or CgroupV2, each reading its own counters);
+    where there is none, this base class, which can only run unenforced."""
+
     limits: Limits
-    version: int | None = None
     dirs: dict = field(default_factory=dict)  # controller -> path
     in_force: dict = field(default_factory=dict)
     name: str = ""
     readahead: DeviceReadahead | None = None
+    version: ClassVar[int | None] = None
+
+    def __new__(cls, *args, **kwargs):
+        if cls is RunCgroup:
+            cls = {1: CgroupV1, 2: CgroupV2}.get(cgroup_version(), RunCgroup)
+        return super().__new__(cls)
 
     def open(self) -> RunCgroup:
         reap_stale()
         lim = self.limits
         wanted = any(v is not None for v in (lim.ram_bytes, lim.read_bps, lim.write_bps,
                                               lim.cpu_quota, lim.read_ahead_kb))
-        self.version = cgroup_version()
         self.name = f"run-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
-            if self.version == 2:
-                self._open_v2()
-            elif self.version == 1:
-                self._open_v1()
+            if self.version is not None:
+                self._create()
             elif wanted:
                 raise LimitError("no writable cgroup hierarchy at /sys/fs/cgroup")
             self._apply_read_ahead()
@@ -147,110 +149,56 @@ class RunCgroup:
         d.mkdir()
         return d
 
-    def _open_v1(self):
-        lim = self.limits
-        mem = self._mk(CGROOT / "memory")
-        self.dirs["memory"] = mem
-        if lim.ram_bytes is not None:
-            (mem / "memory.limit_in_bytes").write_text(str(lim.ram_bytes))
-            self.in_force["ram_bytes"] = int((mem / "memory.limit_in_bytes").read_text())
-            with contextlib.suppress(OSError):  # no swap here, but never let it hide the budget
-                (mem / "memory.swappiness").write_text("0")
-        blk = self._mk(CGROOT / "blkio")
-        self.dirs["blkio"] = blk
-        for key, name in (("read_bps", "read_bps_device"), ("write_bps", "write_bps_device")):
-            if getattr(lim, key) is not None:
-                (blk / f"blkio.throttle.{name}").write_text(f"{lim.device} {getattr(lim, key)}")
-                self.in_force[key] = getattr(lim, key)
-                self.in_force["device"] = lim.device
-        if lim.cpu_quota is not None:
-            cpu = self._mk(CGROOT / "cpu")
-            self.dirs["cpu"] = cpu
-            (cpu / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
-            (cpu / "cpu.cfs_quota_us").write_text(str(round(lim.cpu_quota * CPU_PERIOD_US)))
-            self.in_force["cpu_quota"] = int((cpu / "cpu.cfs_quota_us").read_text()) / CPU_PERIOD_US
-            self.in_force["cpu_quota_us_per_period"] = [
-                int((cpu / "cpu.cfs_quota_us").read_text()), CPU_PERIOD_US]
-        self.in_force["cgroup"] = "v1"
+    # --- what each hierarchy names its own way ---------------------------------------------
+    # kind -> (controller directory, counter file), declared by each subclass
+    COUNTERS: ClassVar[dict[str, tuple[str, str]]] = {}
 
-    def _open_v2(self):
-        lim = self.limits
-        parent = CGROOT / PARENT
-        parent.mkdir(exist_ok=True)
-        with contextlib.suppress(OSError):
-            (CGROOT / "cgroup.subtree_control").write_text("+memory +io +cpu")
-            (parent / "cgroup.subtree_control").write_text("+memory +io +cpu")
-        d = parent / self.name
-        d.mkdir()
-        self.dirs["unified"] = d
-        if lim.ram_bytes is not None:
-            (d / "memory.max").write_text(str(lim.ram_bytes))
-            (d / "memory.swap.max").write_text("0") if (d / "memory.swap.max").exists() else None
-            self.in_force["ram_bytes"] = lim.ram_bytes
-        caps = [f"{k}={getattr(lim, key)}" for k, key in (("rbps", "read_bps"), ("wbps", "write_bps"))
-                if getattr(lim, key) is not None]
-        if caps:
-            (d / "io.max").write_text(f"{lim.device} {' '.join(caps)}")
-            self.in_force.update(read_bps=lim.read_bps, write_bps=lim.write_bps, device=lim.device)
-        if lim.cpu_quota is not None:
-            (d / "cpu.max").write_text(f"{round(lim.cpu_quota * CPU_PERIOD_US)} {CPU_PERIOD_US}")
-            quota, period = (d / "cpu.max").read_text().split()
-            self.in_force["cpu_quota"] = int(quota) / int(period)
-            self.in_force["cpu_quota_us_per_period"] = [int(quota), int(period)]
-        self.in_force["cgroup"] = "v2"
+    def _create(self) -> None:
+        raise LimitError("no cgroup hierarchy")
+
+    def _counter(self, kind: str) -> Path | None:
+        controller, name = self.COUNTERS.get(kind, (None, None))
+        d = self.dirs.get(controller)
+        return d / name if d is not None else None
 
     @property
     def procs_files(self) -> list[Path]:
-        if self.version == 2 and "unified" in self.dirs:
-            return [self.dirs["unified"] / "cgroup.procs"]
         return [d / "cgroup.procs" for d in self.dirs.values()]
 
     @property
     def io_stat_file(self) -> str | None:
         """The file holding this cgroup's block-I/O byte counters."""
-        if "blkio" in self.dirs:
-            return str(self.dirs["blkio"] / "blkio.throttle.io_service_bytes")
-        if "unified" in self.dirs:
-            return str(self.dirs["unified"] / "io.stat")
-        return None
+        f = self._counter("io")
+        return str(f) if f is not None else None
+
+    def peak_bytes(self) -> int | None:
+        f = self._counter("peak")
+        return _int_file(f) if f is not None else None
+
+    def oom_killed(self) -> bool:
+        """True if the kernel's OOM killer fired inside this cgroup."""
+        f = self._counter("oom")
+        return f is not None and _oom_kills(f) > 0
+
+    # --- shared -------------------------------------------------------------------------------
 
     def enter(self) -> None:
         """Move the calling process into the cgroup (used in the child before exec)."""
         for f in self.procs_files:
             f.write_text(str(os.getpid()))
 
-    def peak_bytes(self) -> int | None:
-        d = self.dirs.get("memory") or self.dirs.get("unified")
-        for name in ("memory.max_usage_in_bytes", "memory.peak"):
-            with contextlib.suppress(OSError, ValueError):
-                return int((d / name).read_text())
-        return None
-
-    def oom_killed(self) -> bool:
-        """True if the kernel's OOM killer fired inside this cgroup."""
-        d = self.dirs.get("memory") or self.dirs.get("unified")
-        if d is None:
-            return False
-        for name, key in (("memory.oom_control", "oom_kill"), ("memory.events", "oom_kill")):
-            with contextlib.suppress(OSError):
-                for line in (d / name).read_text().splitlines():
-                    k, _, v = line.partition(" ")
-                    if k == key and int(v) > 0:
-                        return True
-        return False
-
     def io_bytes(self) -> dict:
         """Bytes this cgroup read from and wrote to block devices so far (-1 where unknown)."""
         return read_io_bytes(self.io_stat_file)
 
     def cpu_stat(self) -> dict:
-        """CPU time used and time throttled by the quota (ns), where the cgroup has a cpu dir."""
-        d = self.dirs.get("cpu") or self.dirs.get("unified")
+        """CPU time used and time throttled by the quota (cpu.stat, the same keys in v1 and v2)."""
+        f = self._counter("cpu")
         out = {}
-        if d is None:
+        if f is None:
             return out
         with contextlib.suppress(OSError):
-            for line in (d / "cpu.stat").read_text().splitlines():
+            for line in f.read_text().splitlines():
                 k, _, v = line.partition(" ")
                 out[k] = int(v)
         return out
@@ -278,6 +226,91 @@ class RunCgroup:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _oom_kills(path: Path) -> int:
+    """The oom_kill count of a v1 memory.oom_control or v2 memory.events file."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in path.read_text().splitlines():
+            k, _, v = line.partition(" ")
+            if k == "oom_kill":
+                return int(v)
+    return 0
+
+
+def _int_file(path: Path) -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        return int(path.read_text())
+    return None
+
+
+class CgroupV1(RunCgroup):
+    """cgroup v1: one directory per controller (memory, blkio, cpu)."""
+
+    version = 1
+    COUNTERS = {"io": ("blkio", "blkio.throttle.io_service_bytes"),
+                "peak": ("memory", "memory.max_usage_in_bytes"),
+                "oom": ("memory", "memory.oom_control"), "cpu": ("cpu", "cpu.stat")}
+
+    def _create(self) -> None:
+        lim = self.limits
+        mem = self._mk(CGROOT / "memory")
+        self.dirs["memory"] = mem
+        if lim.ram_bytes is not None:
+            (mem / "memory.limit_in_bytes").write_text(str(lim.ram_bytes))
+            self.in_force["ram_bytes"] = int((mem / "memory.limit_in_bytes").read_text())
+            with contextlib.suppress(OSError):  # no swap here, but never let it hide the budget
+                (mem / "memory.swappiness").write_text("0")
+        blk = self._mk(CGROOT / "blkio")
+        self.dirs["blkio"] = blk
+        for key, name in (("read_bps", "read_bps_device"), ("write_bps", "write_bps_device")):
+            if getattr(lim, key) is not None:
+                (blk / f"blkio.throttle.{name}").write_text(f"{lim.device} {getattr(lim, key)}")
+                self.in_force[key] = getattr(lim, key)
+                self.in_force["device"] = lim.device
+        if lim.cpu_quota is not None:
+            cpu = self._mk(CGROOT / "cpu")
+            self.dirs["cpu"] = cpu
+            (cpu / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+            (cpu / "cpu.cfs_quota_us").write_text(str(round(lim.cpu_quota * CPU_PERIOD_US)))
+            self.in_force["cpu_quota"] = int((cpu / "cpu.cfs_quota_us").read_text()) / CPU_PERIOD_US
+            self.in_force["cpu_quota_us_per_period"] = [
+                int((cpu / "cpu.cfs_quota_us").read_text()), CPU_PERIOD_US]
+        self.in_force["cgroup"] = "v1"
+
+
+class CgroupV2(RunCgroup):
+    """cgroup v2: one unified directory with every controller enabled."""
+
+    version = 2
+    COUNTERS = {"io": ("unified", "io.stat"), "peak": ("unified", "memory.peak"),
+                "oom": ("unified", "memory.events"), "cpu": ("unified", "cpu.stat")}
+
+    def _create(self) -> None:
+        lim = self.limits
+        parent = CGROOT / PARENT
+        parent.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):
+            (CGROOT / "cgroup.subtree_control").write_text("+memory +io +cpu")
+            (parent / "cgroup.subtree_control").write_text("+memory +io +cpu")
+        d = parent / self.name
+        d.mkdir()
+        self.dirs["unified"] = d
+        if lim.ram_bytes is not None:
+            (d / "memory.max").write_text(str(lim.ram_bytes))
+            (d / "memory.swap.max").write_text("0") if (d / "memory.swap.max").exists() else None
+            self.in_force["ram_bytes"] = lim.ram_bytes
+        caps = [f"{k}={getattr(lim, key)}" for k, key in (("rbps", "read_bps"), ("wbps", "write_bps"))
+                if getattr(lim, key) is not None]
+        if caps:
+            (d / "io.max").write_text(f"{lim.device} {' '.join(caps)}")
+            self.in_force.update(read_bps=lim.read_bps, write_bps=lim.write_bps, device=lim.device)
+        if lim.cpu_quota is not None:
+            (d / "cpu.max").write_text(f"{round(lim.cpu_quota * CPU_PERIOD_US)} {CPU_PERIOD_US}")
+            quota, period = (d / "cpu.max").read_text().split()
+            self.in_force["cpu_quota"] = int(quota) / int(period)
+            self.in_force["cpu_quota_us_per_period"] = [int(quota), int(period)]
+        self.in_force["cgroup"] = "v2"
 
 
 def read_io_bytes(io_stat_file: str | None) -> dict:

@@ -33,7 +33,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from harness.layout import EXPERT_RE
+from harness.layout import (EXPERT_WEIGHTS_KEY, SCALES_KEY, SEED_KEY, SHAPE_KEY, SYNTHETIC_KEY,
+                            is_expert_tensor)
 from harness.lib import ggml_base
 from harness.util import atomic_path, atomic_write_text
 
@@ -48,11 +49,6 @@ log = logging.getLogger(__name__)
 # activations finite. The routing is still a random model's, never OLMoE's.
 MATRIX_SCALE = 1.5
 ROUTER_SCALE = 4.0
-SCALES_KEY = "moe_offload_bench.weight_scales"
-SYNTHETIC_KEY = "moe_offload_bench.synthetic"
-SEED_KEY = "moe_offload_bench.seed"
-SHAPE_KEY = "moe_offload_bench.shape"
-EXPERT_WEIGHTS_KEY = "moe_offload_bench.expert_weights"
 # 2^18 blocks of 256 weights: a few seconds of quantizing per pool; ~2 uses per block per tensor
 EXPERT_POOL_BLOCKS = 1 << 18
 
@@ -236,7 +232,7 @@ def write_f16(shape: Shape, seed: int, vocab_path: Path, out: Path) -> None:
         w.write_ti_data_to_file()
         rng = np.random.default_rng(seed)
         for i, ((name, np_shape, role), nbytes) in enumerate(zip(plan, sizes, strict=True)):
-            if EXPERT_RE.match(name):
+            if is_expert_tensor(name):
                 w.write_tensor_data(_Hole(nbytes))  # filled after quantizing
             else:
                 w.write_tensor_data(_weights(rng, np_shape, role))
@@ -311,7 +307,7 @@ def fill_expert_tensors(path: Path, lib_dir: Path) -> int:
         raise ValueError(f"{path}: not a synthetic model of this pipeline (no {SEED_KEY})")
     seed = int(seed_field.contents())
     targets = [(t.name, t.tensor_type, int(t.shape[0]), int(t.data_offset), int(t.n_bytes))
-               for t in reader.tensors if EXPERT_RE.match(t.name)]
+               for t in reader.tensors if is_expert_tensor(t.name)]
     del reader  # its memmap is read-only; the file is written through a plain descriptor
     if not targets:
         return 0

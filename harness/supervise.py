@@ -28,7 +28,7 @@ from harness.contract import Status, WorkerParams
 from harness.limits import Limits, RunCgroup
 from harness.machine import machine_info
 from harness.mechanisms import REGISTRY
-from harness.util import atomic_path, atomic_write_json, sha256_file
+from harness.util import atomic_path, atomic_write_json, left_by_dead_process, sha256_file
 from harness.validate import check_header
 
 log = logging.getLogger(__name__)
@@ -92,13 +92,8 @@ def _reap_leftovers(*dirs: Path) -> None:
     """Work and scratch directories of a supervisor killed before its cleanup (their names carry
     its pid): a hard-killed pipeline must not leave a model copy or a partial record behind."""
     for d in dirs:
-        for p in list(d.glob(".work-*")) + list(d.glob(".scratch-*")):
-            try:
-                pid = int(p.name.split("-")[1])
-            except (IndexError, ValueError):
-                continue
-            if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
-                shutil.rmtree(p, ignore_errors=True)
+        for p in left_by_dead_process(list(d.glob(".work-*")) + list(d.glob(".scratch-*"))):
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_info: dict,

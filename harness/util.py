@@ -42,3 +42,22 @@ def atomic_write_text(path: os.PathLike, text: str) -> None:
 
 def atomic_write_json(path: os.PathLike, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def owner_pid(path: Path) -> int | None:
+    """The pid in a name of the form <prefix>-<pid>-<rest> (cgroups, work and scratch dirs)."""
+    try:
+        return int(path.name.lstrip(".").split("-")[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def left_by_dead_process(paths) -> list[Path]:
+    """Those of `paths` whose owner (see owner_pid) is neither alive nor this process: what a
+    supervisor killed before its cleanup left behind. A live owner's paths are never returned."""
+    out = []
+    for p in paths:
+        pid = owner_pid(p)
+        if pid is not None and pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+            out.append(p)
+    return out
