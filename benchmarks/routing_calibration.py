@@ -26,24 +26,24 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd
 
-import harness.models as M
-from harness import analysis as A
+from harness import models
+from harness import analysis
 from harness.layout import read_layout
 from harness.util import atomic_write_json
 
 
 def main():
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
-    M.MATRIX_SCALE, M.ROUTER_SCALE = float(sys.argv[1]), float(sys.argv[2])
+    models.MATRIX_SCALE, models.ROUTER_SCALE = float(sys.argv[1]), float(sys.argv[2])
     man = json.loads((ROOT / "results/build/llama.json").read_text())
-    shape = M.Shape("olmoe", "calibration", n_layer=4, n_embd=512, n_ff=256, n_head=4, n_head_kv=4,
+    shape = models.Shape("olmoe", "calibration", n_layer=4, n_embd=512, n_ff=256, n_head=4, n_head_kv=4,
                     n_vocab=50304, vocab_file="models/ggml-vocab-gpt-neox.gguf", context_length=4096,
                     rms_eps=1e-5, rope_freq_base=10000.0, n_expert=64, n_expert_used=8)
-    M.SHAPES["calibration"] = shape
+    models.SHAPES["calibration"] = shape
     d = Path(tempfile.mkdtemp())
     f16, q = d / "f16.gguf", d / "q4.gguf"
-    M.write_f16(shape, 1, Path(man["source_tree"]) / shape.vocab_file, f16)
-    M.quantize(man, f16, q, "Q4_K_M", 2, log_file=subprocess.DEVNULL)
+    models.write_f16(shape, 1, Path(man["source_tree"]) / shape.vocab_file, f16)
+    models.quantize(man, f16, q, "Q4_K_M", 2, log_file=subprocess.DEVNULL)
     atomic_write_json(d / "layout.json", read_layout(q))
     os.makedirs(d / "run")
     (d / "params.json").write_text(json.dumps({
@@ -54,8 +54,8 @@ def main():
     subprocess.run([sys.executable, "-m", "harness.worker", str(d / "params.json")],
                    stderr=subprocess.DEVNULL, check=True)
     ex = pd.read_csv(d / "run/experts.csv.part")
-    sk, loc = A.skew(ex), A.locality(ex)
-    print(json.dumps({"matrix_scale": M.MATRIX_SCALE, "router_scale": M.ROUTER_SCALE,
+    sk, loc = analysis.skew(ex), analysis.locality(ex)
+    print(json.dumps({"matrix_scale": models.MATRIX_SCALE, "router_scale": models.ROUTER_SCALE,
                       "experts_for_80pct_median": float(sk.experts_for_80pct.median()),
                       "distinct_median": float(sk.distinct_experts.median()),
                       "shared_d1": float(loc.shared_fraction.iloc[0]),

@@ -23,7 +23,7 @@ from harness.layout import read_layout
 from harness.limits import Limits
 from harness.mechanisms import REGISTRY
 from harness.util import atomic_write_json, sha256_file
-from harness.validate import check_gguf
+from harness.model_file import check_gguf
 
 
 def main(argv=None) -> int:

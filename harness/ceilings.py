@@ -1,9 +1,11 @@
-"""The machine's ceilings, measured inside the same limits as the runs.
+"""The machine's ceilings, measured inside the same limits as the runs (CPU quota included).
 
 I/O: O_DIRECT sequential reads (no page cache) of a file on the models' filesystem, several
-samples at different offsets. Compute: llama-bench decode on the dense model, cold then warm, and
-on the MoE model fully cached with no RAM budget. Stock baselines: llama-bench decode of each
-OLMoE quant under the profile, with each load mode it supports (mmap, direct I/O).
+samples at different offsets. Compute: llama-bench decode of the dense model, cold then warm, and
+of the MoE model fully cached with no RAM budget, with `--repack 0` (the kernels the harness runs:
+it loads with use_extra_bufts off) and with llama-bench's default repack beside it. Stock
+baselines: llama-bench decode of each OLMoE quant under the profile: mmap with the default repack,
+mmap with `--repack 0`, and direct I/O.
 """
 
 from __future__ import annotations

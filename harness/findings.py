@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from harness import analysis as A
+from harness import analysis
 from harness.analysis import FAILS, HOLDS, INCONCLUSIVE, MIN_REPEATS, WIDE_SPREAD
 from harness.contract import Status
 
@@ -189,7 +189,7 @@ class SkewFinding(Finding):
     def evaluate(self, st):
         if st.trace is None:
             return Outcome(Verdict(INCONCLUSIVE, "no run logged its expert activations"))
-        sk = A.skew(st.trace)
+        sk = analysis.skew(st.trace)
         frac = float(sk.experts_for_80pct.median()) / max(st.n_expert, 1)
         if st.trace_synthetic:
             v = Verdict(INCONCLUSIVE, "routing of a synthetic model is not the original's")
@@ -203,7 +203,7 @@ class LocalityFinding(Finding):
     def evaluate(self, st):
         if st.trace is None:
             return Outcome(Verdict(INCONCLUSIVE, "no run logged its expert activations"))
-        loc = A.locality(st.trace)
+        loc = analysis.locality(st.trace)
         by_d = loc.set_index("distance").shared_fraction if len(loc) else pd.Series(dtype=float)
         d1 = float(by_d.get(1, float("nan")))
         if st.trace_synthetic:
@@ -212,7 +212,7 @@ class LocalityFinding(Finding):
             v = Verdict(INCONCLUSIVE, "trace too short")
         else:
             v = Verdict(HOLDS if d1 < 0.5 else FAILS, f"adjacent tokens share {d1:.1%}")
-        sk = A.skew(st.trace)
+        sk = analysis.skew(st.trace)
         stats = pd.DataFrame([
             {"statistic": "experts for 80% of a layer's activations (median)",
              "this_run": float(sk.experts_for_80pct.median()),
@@ -320,7 +320,7 @@ class SwitchesFinding(Finding):
             raw = HOLDS if cmp == claim else FAILS if cmp != "overlap" else INCONCLUSIVE
             note = ""
             if label == "write-in-place":
-                shared, note = A.writes_share_the_disk(sel)
+                shared, note = analysis.writes_share_the_disk(sel)
                 if not shared:  # the claim's cause (writes competing with reads) cannot happen here
                     raw = INCONCLUSIVE
             v = decide(raw, f"{label} {cmp} pread+madvise" + (f" ({note})" if note else ""),

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import analysis as A
+from harness import analysis
 
 
 def summary_plots(w, summ: pd.DataFrame, any_synth: bool) -> None:
@@ -38,14 +38,14 @@ def finding_plots(w, number: str, study, layouts: dict) -> None:
     if number == "2":
         lay = layouts.get(study.q4, {})
         fig, ax = plt.subplots(figsize=(8, 3))
-        im = ax.imshow(A.routing_heatmap(ex, lay.get("n_layer", 0), lay.get("n_expert", 0)),
+        im = ax.imshow(analysis.routing_heatmap(ex, lay.get("n_layer", 0), lay.get("n_expert", 0)),
                        aspect="auto", cmap="viridis")
         ax.set_xlabel("expert")
         ax.set_ylabel("layer")
         fig.colorbar(im, ax=ax, label="activations")
         w.plot("routing_heatmap", fig, "routing heat map: activations per layer and expert")
     if number == "3":
-        loc = A.locality(ex)
+        loc = analysis.locality(ex)
         fig, ax = plt.subplots(figsize=(6, 3))
         ax.plot(loc.distance, loc.shared_fraction, marker="o")
         ax.set_xlabel("token distance d")
@@ -54,7 +54,7 @@ def finding_plots(w, number: str, study, layouts: dict) -> None:
         w.text("### What any expert cache could do (simulated on the trace)\n")
         n_expert = study.n_expert
         sizes = sorted({max(1, n_expert * k // 8) for k in range(1, 9)})
-        cs = A.cache_simulation(ex, sizes=sizes)
+        cs = analysis.cache_simulation(ex, sizes=sizes)
         w.table("cache_simulation", cs, "findings")
         fig, ax = plt.subplots(figsize=(6, 3))
         for pol, g in cs.groupby("policy"):

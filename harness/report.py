@@ -19,9 +19,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import analysis as A
-from harness import findings as F
-from harness import plots as P
+from harness import analysis
+from harness import findings
+from harness import plots
 from harness.contract import Status
 
 log = logging.getLogger(__name__)
@@ -200,13 +200,13 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
     w.text("## Every configuration (median of repeats, min-max)\n")
     w.text(f"The findings below compare the {run_length}-token runs; runs of another length appear "
            "here and, for routing, in findings 2 and 3.\n")
-    summ = A.summarize(all_runs)
-    faults = A.summarize(all_runs, "majflt_per_token")[["run_id", "median"]].rename(
+    summ = analysis.summarize(all_runs)
+    faults = analysis.summarize(all_runs, "majflt_per_token")[["run_id", "median"]].rename(
         columns={"median": "majflt_per_token"})
     summ = summ.merge(faults, on="run_id", how="left")
     for col in ("read_amplification", "residency_decode_start", "first_token_s",
                 "kernel_read_vs_missing", "hook_s_per_token"):
-        summ = summ.merge(A.summarize(all_runs, col)[["run_id", "median"]].rename(
+        summ = summ.merge(analysis.summarize(all_runs, col)[["run_id", "median"]].rename(
             columns={"median": col}), on="run_id", how="left")
     summ["synthetic"] = summ["synthetic"].astype(bool)
     w.table("summary", summ[["run_id", "synthetic", "quant", "mechanism", "mlock_non_expert",
@@ -240,7 +240,7 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
     if base_rows:
         w.text("Stock `llama-bench` decode under the same profile (what a user would run instead):\n")
         w.table("stock_baselines", pd.DataFrame(base_rows), "stock_baseline")
-    P.summary_plots(w, summ, any_synth)
+    plots.summary_plots(w, summ, any_synth)
 
     return summ
 
@@ -252,12 +252,12 @@ def _findings(w: Writer, d: Loaded, io_med, comp_t, moe_ceiling) -> list[dict]:
     trace = None
     if trace_run is not None:
         trace = pd.read_csv(Path(trace_run.record).parent / "experts.csv")
-    study = F.Study(runs=runs, layouts=layouts, q4=q4, q2=q2, io_mb_s=io_med,
+    study = findings.Study(runs=runs, layouts=layouts, q4=q4, q2=q2, io_mb_s=io_med,
                     dense_ceiling=float(comp_t.tok_per_s.iloc[1]), moe_ceiling=moe_ceiling,
                     trace=trace, trace_synthetic=bool(trace_run.synthetic) if trace_run is not None
                     else True, n_expert=layouts.get(q4, {}).get("n_expert", 0))
     verdicts = []
-    for finding in F.FINDINGS:
+    for finding in findings.FINDINGS:
         out = finding.evaluate(study)
         w.text(f"## Finding {finding.number}: {finding.title}\n")
         w.text(f"Study: {finding.claim}.\n")
@@ -272,7 +272,7 @@ def _findings(w: Writer, d: Loaded, io_med, comp_t, moe_ceiling) -> list[dict]:
         for note in out.notes:
             w.text(note + "\n")
         w.text(f"**Verdict: {out.verdict.verdict}** ({out.verdict.reason}). Rule: {finding.rule}.\n")
-        P.finding_plots(w, finding.number, study, layouts)
+        plots.finding_plots(w, finding.number, study, layouts)
         verdicts.append({"finding": finding.number, "claim": finding.title,
                          "verdict": out.verdict.verdict, "why": out.verdict.reason})
 
@@ -286,9 +286,9 @@ def _breakdown(w: Writer, runs: pd.DataFrame, summ: pd.DataFrame) -> None:
     cands = summ[(summ.mechanism == "pread+madvise") & summ.run_id.isin(runs.run_id)].sort_values(
         "median", ascending=False)
     if len(cands):
-        bd = A.time_breakdown(runs, cands.iloc[0].run_id)
+        bd = analysis.time_breakdown(runs, cands.iloc[0].run_id)
         bd_t = w.table("time_breakdown", pd.DataFrame([bd]), "findings")
-        P.time_breakdown(w, bd_t, bd["run_id"])
+        plots.time_breakdown(w, bd_t, bd["run_id"])
         logoff = summ[(summ.mechanism == "pread+madvise") & (~summ.log_experts.astype(bool))]
         logon = summ[(summ.mechanism == "pread+madvise") & summ.log_experts.astype(bool)
                      & summ.mlock_non_expert.astype(bool)]
@@ -416,7 +416,7 @@ def _distance_section(w: Writer, summ, runs, layouts, limits, io_mb_s, moe_ceili
         oracle = _oracle(runs, s, lay, budget)
         row = {"run_id": s.run_id, "tok_per_s_median": s["median"]}
         for name, b in (("cold", cold), ("measured", measured), ("oracle", oracle)):
-            bounds = A.limit_bounds(b, io_mb_s, compute_s) if b == b else {}
+            bounds = analysis.limit_bounds(b, io_mb_s, compute_s) if b == b else {}
             row[f"{name}_bytes_per_token"] = b
             for kind in ("no_overlap", "perfect_overlap"):
                 v = bounds.get(kind, float("nan"))
@@ -439,5 +439,5 @@ def _oracle(runs, s, lay, budget) -> float:
         if len(ex):
             n_prompt = len(json.loads(Path(rec).read_text())["summary"].get("prompt_tokens", []))
             slab = {int(k): v for k, v in lay["slab_bytes_per_layer"].items()}
-            return A.oracle_missed_bytes(ex, slab, budget - lay["non_expert_bytes"], n_prompt)
+            return analysis.oracle_missed_bytes(ex, slab, budget - lay["non_expert_bytes"], n_prompt)
     return float("nan")

@@ -29,7 +29,7 @@ from harness.limits import Limits, RunCgroup
 from harness.machine import machine_info
 from harness.mechanisms import REGISTRY
 from harness.util import atomic_path, atomic_write_json, left_by_dead_process, sha256_file
-from harness.validate import check_header
+from harness.model_file import check_header
 
 log = logging.getLogger(__name__)
 

@@ -212,17 +212,17 @@ def evict_experts(mapped: mech.MappedModel, fd: int) -> None:
         os.posix_fadvise(fd, x["base_offset"], nbytes, os.POSIX_FADV_DONTNEED)
 
 
-def load_mmap_model(L, model_path: str):
+def load_mmap_model(llama, model_path: str):
     """Load on the CPU with the file mmap'd and weights left in the mapping."""
-    L.llama_backend_init()
-    mp = L.llama_model_default_params()
+    llama.llama_backend_init()
+    mp = llama.llama_model_default_params()
     mp.n_gpu_layers = 0
     mp.load_mode = 1  # LLAMA_LOAD_MODE_MMAP: experts must be read from the file's mapping
     mp.lazy_mode = 0
     # otherwise the CPU backend may repack weights into anonymous memory and the experts are no
     # longer read from the file at all
     mp.use_extra_bufts = False
-    model = L.llama_model_load_from_file(model_path.encode(), mp)
+    model = llama.llama_model_load_from_file(model_path.encode(), mp)
     if not model:
         raise WorkerError(f"llama.cpp could not load {model_path}")
     return model
@@ -237,7 +237,7 @@ class Worker:
         self.out = Path(p.out_dir)
         self.layout = Layout.load(p.layout)
         self.b = hlib.load(p.lib_dir)
-        self.L = self.b.llama_cpp
+        self.llama = self.b.llama_cpp
         self.model = self.ctx = self.fd = None
         self.files: list = []
         self.moments: dict = {}
@@ -252,7 +252,7 @@ class Worker:
         p, b = self.p, self.b
         self.moments["before_load"] = model_moment(p.model_path, p.cgroup_io_stat)
         t0 = time.time()
-        self.model = load_mmap_model(self.L, p.model_path)
+        self.model = load_mmap_model(self.llama, p.model_path)
         self.load_s = time.time() - t0
         self.moments["after_load"] = model_moment(p.model_path, p.cgroup_io_stat)
         self.mapping = start, length, moff = find_mapping(p.model_path)
@@ -293,27 +293,27 @@ class Worker:
         return f
 
     def make_context(self) -> None:
-        p, L = self.p, self.L
-        self.vocab = L.llama_model_get_vocab(self.model)
+        p, llama = self.p, self.llama
+        self.vocab = llama.llama_model_get_vocab(self.model)
         prompt = p.prompt.encode()
-        buf = (L.llama_token * (len(prompt) + 16))()
-        n_prompt = L.llama_tokenize(self.vocab, prompt, len(prompt), buf, len(buf), True, False)
+        buf = (llama.llama_token * (len(prompt) + 16))()
+        n_prompt = llama.llama_tokenize(self.vocab, prompt, len(prompt), buf, len(buf), True, False)
         if n_prompt <= 0:
             raise WorkerError(f"tokenizing the prompt failed ({n_prompt})")
         self.prompt_tokens = list(buf[:n_prompt])
-        cp = L.llama_context_default_params()
+        cp = llama.llama_context_default_params()
         cp.n_ctx = n_prompt + p.tokens + 8
         cp.n_batch = cp.n_ubatch = max(n_prompt, 32)
         cp.n_threads = cp.n_threads_batch = p.threads
         self.experts_part = self._open("experts.csv.part", EXPERT_FIELDS, 1 << 16)
         self.hook = RoutingHook(self.mechanism, p.log_experts, self.experts_part)
-        self.cb = L.ggml_backend_sched_eval_callback(self.hook)  # kept alive as long as ctx
+        self.cb = llama.ggml_backend_sched_eval_callback(self.hook)  # kept alive as long as ctx
         cp.cb_eval = self.cb
         cp.cb_eval_user_data = None
-        self.ctx = L.llama_init_from_model(self.model, cp)
+        self.ctx = llama.llama_init_from_model(self.model, cp)
         if not self.ctx:
             raise WorkerError("llama_init_from_model failed")
-        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self.n_vocab = llama.llama_vocab_n_tokens(self.vocab)
         self.tokens_part = self._open("tokens.csv.part", TOKEN_FIELDS, 1)
         self.mech_part = (self._open("mechanism.csv.part", self.mechanism.row_fields, 1 << 16)
                           if self.mechanism.row_fields else None)
@@ -323,9 +323,9 @@ class Worker:
 
     def decode_one(self, index: int, batch_tokens: list[int], pos: int) -> dict:
         """One llama_decode of `batch_tokens` at position `pos`: the token's row, by field name."""
-        L, hook, m, io_stat = self.L, self.hook, self.mechanism, self.p.cgroup_io_stat
+        llama, hook, m, io_stat = self.llama, self.hook, self.mechanism, self.p.cgroup_io_stat
         n = len(batch_tokens)
-        arr = (L.llama_token * n)(*batch_tokens)
+        arr = (llama.llama_token * n)(*batch_tokens)
         hook.token, hook.batch_n = pos, n
         hook.routed = []
         hook.missing = hook.missing_after = 0
@@ -334,7 +334,7 @@ class Worker:
         c0, ru0 = m.counters(), resource.getrusage(resource.RUSAGE_SELF)
         io0, cg0 = read_proc_io(), read_io_bytes(io_stat)
         t0 = time.perf_counter()
-        rc = L.llama_decode(self.ctx, L.llama_batch_get_one(arr, n))
+        rc = llama.llama_decode(self.ctx, llama.llama_batch_get_one(arr, n))
         m.drain()
         wall = time.perf_counter() - t0
         ru1, c1 = resource.getrusage(resource.RUSAGE_SELF), m.counters()
@@ -347,7 +347,7 @@ class Worker:
         if len(hook.routed) != lay.n_layer and lay.n_layer and lay.n_expert:
             raise WorkerError(f"token {index}: the hook saw {len(hook.routed)} routing decisions, "
                               f"the model has {lay.n_layer} MoE layers")
-        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(self.ctx, -1), shape=(self.n_vocab,))
+        logits = np.ctypeslib.as_array(llama.llama_get_logits_ith(self.ctx, -1), shape=(self.n_vocab,))
         if not np.isfinite(logits).all():
             raise WorkerError(f"non-finite logits at token {index}")
         routed = sum(len(ex) * lay.slab_bytes(layer) for layer, ex in hook.routed)
@@ -401,11 +401,11 @@ class Worker:
         self.mechanism.close()
 
     def summarize(self) -> dict:
-        L, m = self.L, self.mechanism
+        llama, m = self.llama, self.mechanism
         text_buf = ctypes.create_string_buffer(16 * (len(self.generated) + 1) * 8)
         pieces = []
         for tok in self.generated:
-            n = L.llama_token_to_piece(self.vocab, tok, text_buf, len(text_buf), 0, False)
+            n = llama.llama_token_to_piece(self.vocab, tok, text_buf, len(text_buf), 0, False)
             pieces.append(text_buf.raw[: max(n, 0)])
         start, length, moff = self.mapping
         return {
@@ -425,9 +425,9 @@ class Worker:
         for f in self.files:
             f.close()
         if self.ctx:
-            self.L.llama_free(self.ctx)
+            self.llama.llama_free(self.ctx)
         if self.model:
-            self.L.llama_model_free(self.model)
+            self.llama.llama_model_free(self.model)
         if self.fd is not None:
             os.close(self.fd)
 
@@ -459,8 +459,8 @@ def tensor_offsets(model_path: str, names: list[str], lib_dir: str | None = None
     """File offsets of the named tensors' data as llama.cpp itself reports them (through the patch's
     accessor on an mmap'd load): the independent check of a layout file."""
     b = hlib.load(lib_dir)
-    L = b.llama_cpp
-    model = load_mmap_model(L, model_path)
+    llama = b.llama_cpp
+    model = load_mmap_model(llama, model_path)
     try:
         start, _, moff = find_mapping(model_path)
         out = {}
@@ -469,7 +469,7 @@ def tensor_offsets(model_path: str, names: list[str], lib_dir: str | None = None
             out[n] = (t.contents.data - (start - moff)) if t else None
         return out
     finally:
-        L.llama_model_free(model)
+        llama.llama_model_free(model)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from harness import analysis as A
+from harness import analysis
 
 
 def trace(rows):
@@ -13,7 +13,7 @@ def trace(rows):
 def test_skew_counts_experts_for_80_percent_and_distinct():
     # layer 0: expert 0 five times, 1..5 once each (10 activations): 80% needs 0,1,2,3 -> 4 experts
     rows = [(t, 0, 0, 0) for t in range(5)] + [(5 + i, 0, 0, 1 + i) for i in range(5)]
-    sk = A.skew(trace(rows))
+    sk = analysis.skew(trace(rows))
     assert sk.loc[0, "experts_for_80pct"] == 4
     assert sk.loc[0, "distinct_experts"] == 6
     assert sk.loc[0, "activations"] == 10
@@ -22,7 +22,7 @@ def test_skew_counts_experts_for_80_percent_and_distinct():
 def test_locality_shared_fraction():
     # 2 experts per token; t0={0,1}, t1={1,2}, t2={2,3}: d=1 shares 1/2 each, d=2 shares nothing
     rows = [(0, 0, 0, 0), (0, 0, 1, 1), (1, 0, 0, 1), (1, 0, 1, 2), (2, 0, 0, 2), (2, 0, 1, 3)]
-    loc = A.locality(trace(rows), max_distance=2).set_index("distance")
+    loc = analysis.locality(trace(rows), max_distance=2).set_index("distance")
     assert loc.loc[1, "shared_fraction"] == pytest.approx(0.5)
     assert loc.loc[2, "shared_fraction"] == pytest.approx(0.0)
 
@@ -31,7 +31,7 @@ def test_cache_simulation_belady_beats_lru_on_a_cyclic_trace():
     # one expert per token cycling 0,1,2: LRU with 2 slots always misses; Belady (evict the one
     # used farthest ahead) misses t0,t1,t2 then every other request: hits t3,t5,t7,t9,t11
     rows = [(t, 0, 0, t % 3) for t in range(12)]
-    cs = A.cache_simulation(trace(rows), sizes=(2, 3)).set_index(["cache_experts_per_layer", "policy"])
+    cs = analysis.cache_simulation(trace(rows), sizes=(2, 3)).set_index(["cache_experts_per_layer", "policy"])
     assert cs.loc[(2, "lru"), "hit_rate"] == 0.0
     assert cs.loc[(2, "belady"), "hit_rate"] == pytest.approx(5 / 12)
     assert cs.loc[(3, "lru"), "hit_rate"] == pytest.approx(9 / 12)  # only the 3 cold misses
@@ -42,11 +42,11 @@ def test_cache_simulation_belady_beats_lru_on_a_cyclic_trace():
 def test_writes_share_the_disk_only_when_the_cgroup_wrote_what_was_dirtied():
     runs = pd.DataFrame({"dirtied_bytes_per_token": [400e6, 410e6],
                          "cgroup_write_bytes_per_token": [0.0, 4096.0]})
-    shared, why = A.writes_share_the_disk(runs)
+    shared, why = analysis.writes_share_the_disk(runs)
     assert not shared and "not throttled" in why
     runs["cgroup_write_bytes_per_token"] = [395e6, 405e6]
-    assert A.writes_share_the_disk(runs)[0]
-    assert not A.writes_share_the_disk(runs.assign(dirtied_bytes_per_token=0.0))[0]
+    assert analysis.writes_share_the_disk(runs)[0]
+    assert not analysis.writes_share_the_disk(runs.assign(dirtied_bytes_per_token=0.0))[0]
 
 
 def test_summarize_median_spread_and_flag():
@@ -55,7 +55,7 @@ def test_summarize_median_spread_and_flag():
     for col in ("model", "quant", "synthetic", "mechanism", "mlock_non_expert", "log_experts",
                 "lru_budget_mb", "prefetch_threads"):
         runs[col] = "x"
-    s = A.summarize(runs).set_index("run_id")
+    s = analysis.summarize(runs).set_index("run_id")
     assert s.loc["a", "median"] == pytest.approx(1.1) and not s.loc["a", "wide_spread"]
     assert s.loc["b", "n"] == 2 and s.loc["b", "wide_spread"]  # (2-1)/1.5 > 25%
     assert s.loc["b", "statuses"] == "killed: memory,ok"
@@ -68,14 +68,14 @@ def test_summarize_keeps_runs_that_never_completed():
     for col in ("model", "quant", "synthetic", "mlock_non_expert", "log_experts", "lru_budget_mb",
                 "prefetch_threads"):
         runs[col] = "x"
-    s = A.summarize(runs).set_index("run_id")
+    s = analysis.summarize(runs).set_index("run_id")
     assert s.loc["dead", "n"] == 0 and s.loc["dead", "mechanism"] == "lru-odirect"
     assert s.loc["dead", "statuses"] == "killed: memory"
 
 
 def test_io_bound_estimate():
     # 150 MB per token at 150 MB/s, plus 0.5 s compute: 1.5 s per token
-    assert A.io_bound_estimate(150e6, 150.0, 0.5) == pytest.approx(1 / 1.5)
+    assert analysis.io_bound_estimate(150e6, 150.0, 0.5) == pytest.approx(1 / 1.5)
 
 
 def test_oracle_reads_only_what_no_cache_of_that_size_could_keep():
@@ -84,13 +84,13 @@ def test_oracle_reads_only_what_no_cache_of_that_size_could_keep():
             (3, 0, 0, 0), (3, 0, 1, 2)]
     ex = trace(rows)
     # room for all three slabs: after the prompt, only token 1's expert 2 is ever read
-    assert A.oracle_missed_bytes(ex, {0: 10}, 30, first_gen_token=1) == pytest.approx(10 / 3)
+    assert analysis.oracle_missed_bytes(ex, {0: 10}, 30, first_gen_token=1) == pytest.approx(10 / 3)
     # room for two: Belady keeps 0 and swaps the other each token: one slab per token
-    assert A.oracle_missed_bytes(ex, {0: 10}, 20, first_gen_token=1) == pytest.approx(10)
+    assert analysis.oracle_missed_bytes(ex, {0: 10}, 20, first_gen_token=1) == pytest.approx(10)
     # no room: every routed slab is read
-    assert A.oracle_missed_bytes(ex, {0: 10}, 0, first_gen_token=1) == pytest.approx(20)
+    assert analysis.oracle_missed_bytes(ex, {0: 10}, 0, first_gen_token=1) == pytest.approx(20)
 
 
 def test_limit_bounds_no_and_perfect_overlap():
-    b = A.limit_bounds(150e6, 150.0, 0.5)  # 1 s of I/O, 0.5 s of compute per token
+    b = analysis.limit_bounds(150e6, 150.0, 0.5)  # 1 s of I/O, 0.5 s of compute per token
     assert b["no_overlap"] == pytest.approx(1 / 1.5) and b["perfect_overlap"] == pytest.approx(1.0)

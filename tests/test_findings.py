@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from harness import findings as F
+from harness import findings
 from harness.analysis import FAILS, HOLDS, INCONCLUSIVE
 
 Q4, Q2 = "q4", "q2"
@@ -28,22 +28,22 @@ def rows(run_id, tok, model=Q4, mechanism="pread+madvise", mlock=False, log=True
 
 def study(*groups, trace=None, synthetic=True, dense=2.0):
     runs = pd.DataFrame([r for g in groups for r in g])
-    return F.Study(runs=runs, layouts=LAYOUTS, q4=Q4, q2=Q2, io_mb_s=150.0, dense_ceiling=dense,
+    return findings.Study(runs=runs, layouts=LAYOUTS, q4=Q4, q2=Q2, io_mb_s=150.0, dense_ceiling=dense,
                    moe_ceiling=1.0, trace=trace, trace_synthetic=synthetic, n_expert=8)
 
 
 def verdict(number, st):
-    return next(f for f in F.FINDINGS if f.number == number).evaluate(st).verdict.verdict
+    return next(f for f in findings.FINDINGS if f.number == number).evaluate(st).verdict.verdict
 
 
 PM = rows("pm", [1.0, 1.05, 1.1])
 
 
 def test_decide_applies_minimum_repeats_and_spread():
-    assert F.decide(HOLDS, "x", pd.Series([1.0, 1.1])).verdict == HOLDS
-    one = F.decide(HOLDS, "x", pd.Series([1.0]))
+    assert findings.decide(HOLDS, "x", pd.Series([1.0, 1.1])).verdict == HOLDS
+    one = findings.decide(HOLDS, "x", pd.Series([1.0]))
     assert one.verdict == INCONCLUSIVE and "1 ok repeat" in one.reason
-    wide = F.decide(FAILS, "x", pd.Series([1.0, 2.0]))
+    wide = findings.decide(FAILS, "x", pd.Series([1.0, 2.0]))
     assert wide.verdict == INCONCLUSIVE and "spread" in wide.reason
 
 
@@ -129,7 +129,7 @@ def test_finding7_switches_each_way():
 def test_finding7_write_in_place_needs_throttled_writeback():
     slow = dict(mechanism="write-in-place", dirtied_bytes_per_token=400e6)
     unthrottled = rows("wip", [0.3, 0.3], cgroup_write_bytes_per_token=0.0, **slow)
-    out = F.FINDINGS[6].evaluate(study(PM, unthrottled))
+    out = findings.FINDINGS[6].evaluate(study(PM, unthrottled))
     assert out.verdict.verdict == INCONCLUSIVE and "writeback not throttled" in out.verdict.reason
     throttled = rows("wip", [0.3, 0.3], cgroup_write_bytes_per_token=390e6, **slow)
     assert verdict("7", study(PM, throttled)) == HOLDS
@@ -142,14 +142,14 @@ def test_finding8_every_mechanism_against_pread_madvise():
               rows("madvise", [0.5, 0.55], mechanism="madvise")]
     assert verdict("8", study(PM, *slower)) == HOLDS
     faster = rows("madvise", [1.5, 1.55], mechanism="madvise")
-    out = F.FINDINGS[7].evaluate(study(PM, slower[0], faster))
+    out = findings.FINDINGS[7].evaluate(study(PM, slower[0], faster))
     assert out.verdict.verdict == FAILS
     t = out.tables["finding8_mechanisms"].set_index("run_id")
     assert t.loc["madvise", "vs_pread_madvise"] == "faster" and t.loc["none", "verdict"] == HOLDS
     assert verdict("8", study(PM, rows("madvise", [1.0, 1.1], mechanism="madvise"))) == INCONCLUSIVE
 
 
-@pytest.mark.parametrize("finding", F.FINDINGS, ids=lambda f: f.number)
+@pytest.mark.parametrize("finding", findings.FINDINGS, ids=lambda f: f.number)
 def test_every_finding_states_its_claim_runs_and_rule(finding):
     assert finding.claim and finding.needs and finding.rule
     assert verdict(finding.number, study(PM)) in (HOLDS, FAILS, INCONCLUSIVE)

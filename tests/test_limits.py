@@ -54,10 +54,10 @@ def test_cgroup_is_removed_afterwards():
 
 
 def test_unenforceable_limit_is_an_error_unless_opted_out(monkeypatch, tmp_path):
-    import harness.limits as L
+    from harness import limits
 
-    monkeypatch.setattr(L, "CGROOT", tmp_path / "no-cgroups")
-    with pytest.raises(L.LimitError, match="allow_unenforced"):
+    monkeypatch.setattr(limits, "CGROOT", tmp_path / "no-cgroups")
+    with pytest.raises(limits.LimitError, match="allow_unenforced"):
         RunCgroup(Limits(ram_bytes=1 << 30)).open()
     cg = RunCgroup(Limits(ram_bytes=1 << 30, allow_unenforced=True)).open()
     assert cg.in_force["ram_bytes"] is None

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness import fetch
-from harness.modelrule import make_model
-from harness.validate import BadModelFile, check_gguf
+from harness.model_entry import make_model
+from harness.model_file import BadModelFile, check_gguf
 
 
 def test_truncated_gguf_is_refused(tiny_models, tmp_path):

@@ -5,7 +5,7 @@ import gguf
 import numpy as np
 import pytest
 
-import harness.models as M
+from harness import models
 from harness.models import SHAPES, tensor_plan
 from harness.util import sha256_file
 
@@ -77,7 +77,7 @@ def test_expert_tensors_hold_quantized_random_weights_of_the_right_scale(tiny_mo
     assert len(tensors) == 3 * SHAPES["olmoe-tiny"].n_layer
     for t in tensors:
         w = gguf.quants.dequantize(t.data, t.tensor_type).reshape(t.shape[2], -1)
-        expected = M.MATRIX_SCALE / np.sqrt(int(t.shape[0]))
+        expected = models.MATRIX_SCALE / np.sqrt(int(t.shape[0]))
         assert 0.8 < w.std() / expected < 1.2, (t.name, t.tensor_type.name, w.std(), expected)
         block_elems = gguf.GGML_QUANT_SIZES[t.tensor_type][0]
         blocks = w.reshape(-1, block_elems)
@@ -89,14 +89,14 @@ def test_expert_fill_is_deterministic_in_the_seed(tiny_models, manifest, tmp_pat
     src = tiny_models["olmoe-tiny-Q4_K_M"]["gguf"]
     copy = tmp_path / "copy.gguf"
     shutil.copyfile(src, copy)
-    assert M.fill_expert_tensors(copy, Path(manifest["lib_dir"])) == 12
+    assert models.fill_expert_tensors(copy, Path(manifest["lib_dir"])) == 12
     assert sha256_file(copy) == sha256_file(src)
 
 
 def test_f16_leaves_expert_tensors_as_sparse_holes(manifest, tmp_path):
     shape = SHAPES["olmoe-tiny"]
     f16 = tmp_path / "f16.gguf"
-    M.write_f16(shape, 3, Path(manifest["source_tree"]) / shape.vocab_file, f16)
+    models.write_f16(shape, 3, Path(manifest["source_tree"]) / shape.vocab_file, f16)
     experts = _expert_tensors(f16)
     expert_bytes = sum(int(t.n_bytes) for t in experts)
     assert all(not t.data.any() for t in experts)

@@ -1,4 +1,5 @@
-"""Makes one model entry's GGUF and its info record (sha256, synthetic or not, source)."""
+"""One model entry of the config made into a GGUF (synthesized, downloaded or linked) and its info
+record (sha256, synthetic or not, source)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from harness import fetch, models
 from harness.build import default_cache_dir
 from harness.util import atomic_write_json, sha256_file
-from harness.validate import check_gguf
+from harness.model_file import check_gguf
 
 log = logging.getLogger(__name__)
 
