@@ -1,8 +1,13 @@
-"""Benchmark (not a test): the routing hook's overhead on the full-size synthetic OLMoE Q4_K_M,
-everything cached, no limits: harness mechanism `none` vs llama-bench `tg` on the same model and
-threads, interleaved, several repeats each. Prints one JSON line per measurement and a summary.
+"""Benchmark (not a test): what the routing hook costs a fully cached token.
 
-    python benchmarks/hook_overhead.py results/models/olmoe-q4.gguf [repeats] [tokens]
+The same worker on the full-size model, everything cached, no limits (or the profile's CPU quota
+with --quota), with the hook off (no eval callback: the bare decode), native (harness/hook.c
+answers the scheduler, only routing nodes reach Python) and python (every node asks Python),
+beside llama-bench --repack 0 (the same kernels), interleaved, several rounds. Reports tok/s per
+measurement and the hook's cost per token in milliseconds (on - off), median and range over the
+rounds, and the on/off ratio.
+
+    python benchmarks/hook_overhead.py results/models/olmoe-q4.gguf [rounds] [tokens] [--quota]
 """
 
 import json
@@ -15,44 +20,58 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import pandas as pd
+
 from harness import pagecache, supervise
 from harness.ceilings import llama_bench
-from harness.config import adhoc_spec
+from harness.config import adhoc_spec, cpu_quota_of
 from harness.limits import Limits
+
+MODES = ("off", "native", "python")
+
+
+def harness_tok_s(model, info, layout, manifest, mode, tokens, k, limits) -> float:
+    spec = adhoc_spec(f"hook-{mode}", info["name"], "none", entry="bench", log_experts=False,
+                      tokens=tokens, time_limit_s=3600, repeat=k, warm=True, hook=mode)
+    with tempfile.TemporaryDirectory() as d:
+        supervise.run(spec, Path(d) / "run", lib_dir=manifest["lib_dir"], build=manifest,
+                      model_info=info, layout_path=layout, limits=limits, time_limit_s=3600)
+        gen = pd.read_csv(Path(d) / "run" / "tokens.csv").query("phase == 'gen'")
+    return len(gen) / gen.wall_s.sum()
 
 
 def main():
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
-    model = Path(sys.argv[1]).resolve()
-    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-    tokens = int(sys.argv[3]) if len(sys.argv) > 3 else 32
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    model = Path(args[0]).resolve()
+    rounds = int(args[1]) if len(args) > 1 else 3
+    tokens = int(args[2]) if len(args) > 2 else 32
+    quota = cpu_quota_of(str(ROOT / "results/ceilings/cpu_quota.json")) if "--quota" in sys.argv else None
+    limits = Limits(cpu_quota=quota, device_path=str(model))
     manifest = json.loads((ROOT / "results/build/llama.json").read_text())
     info = json.loads(model.with_suffix(".json").read_text())
     layout = str(model.with_name(model.stem + ".layout.json"))
     pagecache.warm(model)
-    harness_tps, bench_tps = [], []
-    for k in range(repeats):
+    samples = {m: [] for m in (*MODES, "llama-bench --repack 0")}
+    for k in range(1, rounds + 1):
+        for mode in MODES:
+            samples[mode].append(harness_tok_s(model, info, layout, manifest, mode, tokens, k, limits))
         with tempfile.TemporaryDirectory() as d, open(Path(d) / "bench.log", "w") as logf:
-            b = llama_bench(manifest["llama_bench"], str(model), 2, tokens, "mmap", Limits(),
-                            manifest["lib_dir"], logf)
-            bench_tps.append(b["tok_per_s"])
-            spec = adhoc_spec("hook-overhead", info["name"], "none", entry="bench",
-                              log_experts=False, tokens=tokens, repeats=repeats, time_limit_s=3600,
-                              repeat=k + 1, warm=True)
-            rec = supervise.run(spec, Path(d) / "run", lib_dir=manifest["lib_dir"], build=manifest,
-                                model_info=info, layout_path=layout, limits=Limits(),
-                                time_limit_s=3600)
-            import pandas as pd
-
-            tok = pd.read_csv(Path(d) / "run" / "tokens.csv")
-            gen = tok[tok.phase == "gen"]
-            harness_tps.append(len(gen) / gen.wall_s.sum())
-        print(json.dumps({"repeat": k + 1, "llama_bench_tg": bench_tps[-1],
-                          "harness_none": harness_tps[-1], "status": rec["status"]}), flush=True)
-    mh, mb = statistics.median(harness_tps), statistics.median(bench_tps)
-    print(json.dumps({"median_harness_none": mh, "median_llama_bench_tg": mb,
-                      "harness_over_bench": mh / mb, "overhead_pct": 100 * (1 - mh / mb),
-                      "harness_samples": harness_tps, "bench_samples": bench_tps}))
+            b = llama_bench(manifest["llama_bench"], str(model), 2, tokens, "mmap", limits,
+                            manifest["lib_dir"], logf, ("--repack", "0"))
+        samples["llama-bench --repack 0"].append(b["tok_per_s"])
+        print(json.dumps({"round": k, **{m: s[-1] for m, s in samples.items()}}), flush=True)
+    off = samples["off"]
+    summary = {"model": str(model), "tokens": tokens, "rounds": rounds, "cpu_quota": quota}
+    for mode in ("native", "python"):
+        cost_ms = [1000 * (1 / on - 1 / o) for on, o in zip(samples[mode], off, strict=True)]
+        ratio = [on / o for on, o in zip(samples[mode], off, strict=True)]
+        summary[mode] = {"cost_ms_per_token_median": statistics.median(cost_ms),
+                         "cost_ms_min": min(cost_ms), "cost_ms_max": max(cost_ms),
+                         "on_over_off_median": statistics.median(ratio),
+                         "on_over_off_min": min(ratio), "on_over_off_max": max(ratio)}
+    summary["tok_per_s_median"] = {m: statistics.median(s) for m, s in samples.items()}
+    print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

@@ -248,7 +248,28 @@ def ensure_build(build_cfg: dict, jobs: int) -> dict:
     manifest = build(source, cache_dir, jobs, tuple(build_cfg.get("extra_cmake_flags", [])))
     manifest["source_tree"] = str(source.path)
     manifest["file_advice"] = file_advice(source.path)
+    manifest["hook_lib"] = str(build_hook(cache_dir))
     return manifest
+
+
+HOOK_SOURCE = Path(__file__).with_name("hook.c")
+
+
+def build_hook(cache_dir: Path) -> Path:
+    """The routing hook's C ask path (harness/hook.c) as a shared library, cached by its sha256;
+    it needs no ggml header (the name offset is passed at run time)."""
+    key = sha256_file(HOOK_SOURCE)[:16]
+    lib = cache_dir / "hook" / key / "libmoehook.so"
+    if lib.exists():
+        return lib
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+    cc = os.environ.get("CC", "cc")
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(tmp),
+                    str(HOOK_SOURCE)], check=True, stdout=sys.stderr)
+    os.replace(tmp, lib)
+    log.info("build: routing hook %s", lib)
+    return lib
 
 
 def file_advice(tree: Path) -> dict:

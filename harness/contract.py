@@ -45,6 +45,11 @@ class WorkerParams:
     mechanism_options: dict = field(default_factory=dict)
     cgroup_io_stat: str | None = None  # the run cgroup's block-I/O counter file
     evict_after_load: bool = False
+    # how the routing hook answers the scheduler's "ask": "native" (harness/hook.c, only wanted
+    # nodes reach Python), "python" (every node asks Python), "off" (no hook: the bare decode,
+    # for measuring the hook's cost; no routing is observed)
+    hook: str = "native"
+    hook_lib: str | None = None  # the built hook.c (the build manifest's hook_lib)
 
     def write(self, path: Path) -> None:
         Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=2))

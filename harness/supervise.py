@@ -120,6 +120,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
             threads=spec["threads"], mlock_non_expert=spec["mlock_non_expert"],
             log_experts=spec["log_experts"], mechanism_options=spec.get("mechanism_options", {}),
             cgroup_io_stat=cg.io_stat_file, evict_after_load=spec.get("evict_after_load", False),
+            hook=spec.get("hook", "native"), hook_lib=build.get("hook_lib"),
         ).write(work / "params.json")
         record.update(start_utc=utcnow(), residency_before=res_before,
                       residency_at_start=res_after_evict)
@@ -200,7 +201,7 @@ def _provenance(limits: Limits, time_limit_s, cg: RunCgroup, model_info: dict, b
                                                  "quant", "source")},
         "model_sha256_after": after, "model_unchanged": after == model_info.get("sha256"),
         "build": {k: build.get(k) for k in ("commit", "patch_sha256", "cmake_flags", "key",
-                                            "source_kind", "file_advice")},
+                                            "source_kind", "file_advice", "hook_lib")},
         "machine": machine_info()}
 
 

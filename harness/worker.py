@@ -92,6 +92,14 @@ def rss_bytes() -> int:
 GGML_TYPE_F32, GGML_TYPE_I32 = 0, 26
 
 
+class NativeHook(ctypes.Structure):
+    """struct moe_hook of harness/hook.c."""
+
+    _fields_ = [("observe", ctypes.c_void_p), ("name_offset", ctypes.c_size_t),
+                ("prefix", (ctypes.c_char * 32) * 2), ("prefix_len", ctypes.c_size_t * 2),
+                ("asked", ctypes.c_ulonglong), ("passed", ctypes.c_ulonglong)]
+
+
 class RoutingHook:
     """The cb_eval callback. It is asked about every graph node, so the `ask` path compares a
     13-byte name prefix and nothing else.
@@ -307,9 +315,7 @@ class Worker:
         cp.n_threads = cp.n_threads_batch = p.threads
         self.experts_part = self._open("experts.csv.part", EXPERT_FIELDS, 1 << 16)
         self.hook = RoutingHook(self.mechanism, p.log_experts, self.experts_part)
-        self.cb = llama.ggml_backend_sched_eval_callback(self.hook)  # kept alive as long as ctx
-        cp.cb_eval = self.cb
-        cp.cb_eval_user_data = None
+        self._install_hook(cp)
         self.ctx = llama.llama_init_from_model(self.model, cp)
         if not self.ctx:
             raise WorkerError("llama_init_from_model failed")
@@ -320,6 +326,28 @@ class Worker:
         # what the first decode sees: llama.cpp's load maps the file with MAP_POPULATE and
         # POSIX_MADV_WILLNEED, so part of the model is cached before any token
         self.moments["before_first_decode"] = model_moment(p.model_path, p.cgroup_io_stat)
+
+    def _install_hook(self, cp) -> None:
+        """Point the context's eval callback at the hook, as WorkerParams.hook says."""
+        llama, mode = self.llama, self.p.hook
+        if mode == "off":
+            cp.cb_eval = llama.ggml_backend_sched_eval_callback()  # NULL: no graph splits
+            self.native = None
+            return
+        self.cb = llama.ggml_backend_sched_eval_callback(self.hook)  # kept alive as long as ctx
+        if mode == "python" or not self.p.hook_lib:
+            cp.cb_eval, cp.cb_eval_user_data, self.native = self.cb, None, None
+            return
+        lib = ctypes.CDLL(self.p.hook_lib)
+        self.native = NativeHook(observe=ctypes.cast(self.cb, ctypes.c_void_p),
+                                 name_offset=RoutingHook.NAME_OFF)
+        for i, prefix in enumerate((TOPK_PREFIX, self.mechanism.observes or b"")):
+            self.native.prefix[i].value = prefix
+            self.native.prefix_len[i] = len(prefix)
+        cp.cb_eval = llama.ggml_backend_sched_eval_callback(
+            ctypes.cast(lib.moe_hook_eval, ctypes.c_void_p).value)
+        cp.cb_eval_user_data = ctypes.cast(ctypes.pointer(self.native), ctypes.c_void_p)
+        self._hook_lib = lib  # kept loaded as long as ctx
 
     def decode_one(self, index: int, batch_tokens: list[int], pos: int) -> dict:
         """One llama_decode of `batch_tokens` at position `pos`: the token's row, by field name."""
@@ -344,7 +372,7 @@ class Worker:
         if rc != 0:
             raise WorkerError(f"llama_decode returned {rc} at token {index}")
         lay = self.layout
-        if len(hook.routed) != lay.n_layer and lay.n_layer and lay.n_expert:
+        if self.p.hook != "off" and len(hook.routed) != lay.n_layer and lay.n_layer and lay.n_expert:
             raise WorkerError(f"token {index}: the hook saw {len(hook.routed)} routing decisions, "
                               f"the model has {lay.n_layer} MoE layers")
         logits = np.ctypeslib.as_array(llama.llama_get_logits_ith(self.ctx, -1), shape=(self.n_vocab,))
@@ -414,6 +442,9 @@ class Worker:
             "generated_text": b"".join(pieces).decode("utf-8", "replace"),
             "load_s": self.load_s, "model_moments": self.moments,
             "mlocked_bytes": self.locked_bytes, "mlocked_tensors": self.locked_count,
+            "hook": self.p.hook if self.p.hook != "native" or self.native else "python",
+            "hook_nodes_asked": self.native.asked if self.native else None,
+            "hook_nodes_passed": self.native.passed if self.native else None,
             "hook_calls": self.hook.calls, "bytes_routed": self.routed_total,
             "bytes_prefetched": self.prefetched_total,
             "byte_accounting_ok": (self.mismatches == 0) if m.prefetches else None,

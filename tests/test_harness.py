@@ -292,3 +292,18 @@ def test_hook_ids_are_the_top_k_of_the_router_probabilities(manifest, tiny_model
     for p in probes:
         assert hooked[(p["token"], p["layer"])] == p["top"], p
     assert {p["layer"] for p in probes if p["token"] < 8} == set(range(n_layer))  # the prompt too
+
+
+def test_native_ask_path_observes_exactly_what_python_did(manifest, tiny_models, tmp_path, all_runs):
+    """hook.c answers the scheduler's questions in C; the routing, tokens and records are the
+    same as when every node asks Python, and only the routing nodes reach Python."""
+    model = tiny_models["olmoe-tiny-Q4_K_M"]
+    native_rec, native_dir = all_runs["pread+madvise"]  # the default: native
+    rec = run(manifest, model, tmp_path, spec("pread+madvise", mlock_non_expert=True, hook="python"))
+    assert native_rec["summary"]["hook"] == "native" and rec["summary"]["hook"] == "python"
+    assert rec["summary"]["generated_tokens"] == native_rec["summary"]["generated_tokens"]
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "experts.csv"),
+                                  pd.read_csv(native_dir / "experts.csv"))
+    s = native_rec["summary"]
+    assert s["hook_nodes_passed"] == s["hook_calls"] == 4 * 13  # 4 layers, prompt + 12 tokens
+    assert s["hook_nodes_asked"] > 10 * s["hook_nodes_passed"]  # the rest never reached Python
