@@ -51,9 +51,30 @@ def run_row(record_path: Path) -> dict:
         "byte_accounting_ok": rec.get("summary", {}).get("byte_accounting_ok"),
         "residency_at_start": rec.get("residency_at_start"),
         **box_columns(rec, gen, per),
+        **prediction_columns(Path(record_path).parent / "mechanism.csv"),
         "start_utc": rec.get("start_utc"), "end_utc": rec.get("end_utc"),
         "record": str(record_path),
     }
+
+
+def prediction_columns(path: Path) -> dict:
+    """A lookahead run's prediction quality over its generated tokens (mechanism.csv)."""
+    nan = float("nan")
+    cols = {"lookahead_precision": nan, "lookahead_recall": nan,
+            "lookahead_wasted_bytes_per_token": nan, "lookahead_resident_share": nan}
+    if not path.exists():
+        return cols
+    m = pd.read_csv(path)
+    gen = m[m.token >= 0]
+    if gen.empty:
+        return cols
+    n_tok = gen.token.nunique()
+    return {"lookahead_precision": float(gen.hits.sum() / gen.n_predicted.sum()),
+            "lookahead_recall": float(gen.hits.sum() / gen.n_routed.sum()),
+            "lookahead_wasted_bytes_per_token": float(gen.wasted_bytes.sum() / n_tok),
+            # of the bytes read ahead, the share already resident when their layer ran
+            "lookahead_resident_share": float(gen.predicted_resident_bytes.sum()
+                                              / gen.predicted_bytes.sum())}
 
 
 def box_columns(rec: dict, gen: pd.DataFrame, per) -> dict:

@@ -153,3 +153,23 @@ def test_finding8_every_mechanism_against_pread_madvise():
 def test_every_finding_states_its_claim_runs_and_rule(finding):
     assert finding.claim and finding.needs and finding.rule
     assert verdict(finding.number, study(PM)) in (HOLDS, FAILS, INCONCLUSIVE)
+
+
+def test_finding9_lookahead_each_way():
+    study_best = rows("pm", [1.0, 1.05])
+    ours = rows("madvise", [1.2, 1.25], mechanism="madvise")
+    fast = rows("la", [1.6, 1.7], mechanism="lookahead")
+    assert verdict("9", study(study_best, ours, fast)) == HOLDS
+    slow = rows("la", [0.8, 0.85], mechanism="lookahead")
+    assert verdict("9", study(study_best, ours, slow)) == FAILS
+    between = rows("la", [1.1, 1.15], mechanism="lookahead")  # beats the study's, not ours
+    out = F_9().evaluate(study(study_best, ours, between))
+    assert out.verdict.verdict == FAILS
+    assert set(out.tables["finding9_lookahead"].verdict) == {HOLDS, FAILS}
+    assert verdict("9", study(study_best, ours, rows("la", [1.3], mechanism="lookahead"))) \
+        == INCONCLUSIVE
+    assert verdict("9", study(study_best, ours)) == INCONCLUSIVE
+
+
+def F_9():
+    return next(f for f in findings.FINDINGS if f.number == "9")
