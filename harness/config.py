@@ -23,14 +23,15 @@ UNITS = {None: 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
 RUN_KEYS = ("model", "mechanism", "mlock_non_expert", "log_experts", "threads", "prompt", "tokens",
             "repeats", "lru_budget_mb", "prefetch_threads", "time_limit_s", "evict_after_load",
             "lookahead_base", "lookahead_experts", "lookahead_layers", "lookahead_call",
-            "lookahead_source")
+            "lookahead_source", "writeback")
 SWEEPABLE = ("model", "mechanism", "mlock_non_expert", "log_experts", "threads", "tokens",
              "lru_budget_mb", "prefetch_threads", "evict_after_load", "lookahead_base",
-             "lookahead_experts", "lookahead_layers", "lookahead_call", "lookahead_source")
+             "lookahead_experts", "lookahead_layers", "lookahead_call", "lookahead_source",
+             "writeback")
 # the values of keys only a mechanism reads, when an experiment leaves them out
 MECHANISM_DEFAULTS = {"lru_budget_mb": 0, "prefetch_threads": 1, "lookahead_base": "madvise",
                       "lookahead_experts": 8, "lookahead_layers": 1, "lookahead_call": "madvise",
-                      "lookahead_source": "ffn_norm"}
+                      "lookahead_source": "ffn_norm", "writeback": "kernel"}
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9._+-]*$")
 
 
@@ -74,6 +75,7 @@ class RunSpec:
     lookahead_layers: int = 1
     lookahead_call: str = "madvise"
     lookahead_source: str = "ffn_norm"
+    writeback: str = "kernel"
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)

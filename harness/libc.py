@@ -29,6 +29,8 @@ lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 lib.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
 lib.readahead.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_size_t]
 lib.readahead.restype = ctypes.c_ssize_t
+lib.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+SYNC_FILE_RANGE_WRITE = 2  # start writeback of the dirty pages in the range, from this process
 
 
 def check(rc: int, what: str) -> None:

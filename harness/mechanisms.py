@@ -24,6 +24,7 @@ from harness.libc import (
     MADV_WILLNEED,
     MAP_PRIVATE,
     MAP_SHARED,
+    SYNC_FILE_RANGE_WRITE,
     PAGE,
     POSIX_FADV_WILLNEED,
     PROT_READ,
@@ -237,13 +238,23 @@ class ThreadPool(Mechanism):
 class WriteInPlace(Mechanism):
     """pread straight into a shared, writable mapping of the weights. Runs on a scratch copy of
     the model (the runner loads the copy): every prefetched page comes back dirty and is written
-    back to the copy, never to the model file."""
+    back to the copy, never to the model file.
+
+    writeback "kernel" (the study's) leaves the dirty pages to the kernel's flusher threads, which
+    on cgroup v1 write from the root cgroup, outside the run's throttle. "sync" starts their
+    writeback itself after each layer (sync_file_range(SYNC_FILE_RANGE_WRITE)), so the writes are
+    issued from the run's own cgroup and share its throttled disk with the reads, as on the
+    study's box."""
 
     name = "write-in-place"
     needs_scratch_copy = True
+    options = ("writeback",)
 
-    def __init__(self, model, **options):
+    def __init__(self, model, writeback: str = "kernel", **options):
         super().__init__(model, **options)
+        if writeback not in ("kernel", "sync"):
+            raise ValueError(f"writeback: {writeback!r} is not kernel or sync")
+        self.sync = writeback == "sync"
         self.rw_fd = os.open(model.path, os.O_RDWR)
         # Replace llama.cpp's shared read-only mapping (MAP_SHARED, PROT_READ) by a shared
         # writable one of the same file range at the same address: identical bytes, so the math
@@ -260,6 +271,13 @@ class WriteInPlace(Mechanism):
                     raise OSError(ctypes.get_errno(), f"write-in-place: pread returned {n}")
                 self.c.pread_s += time.perf_counter() - t0
                 self.c.bytes_read += n
+        if self.sync:
+            t0 = time.perf_counter()
+            for e in experts:
+                for s in self.layout.slabs(layer, e):
+                    check(_libc.sync_file_range(self.rw_fd, s.offset, s.nbytes, SYNC_FILE_RANGE_WRITE),
+                          "sync_file_range")
+            self.c.other_s += time.perf_counter() - t0
 
     def close(self):
         os.close(self.rw_fd)

@@ -307,3 +307,24 @@ def test_native_ask_path_observes_exactly_what_python_did(manifest, tiny_models,
     s = native_rec["summary"]
     assert s["hook_nodes_passed"] == s["hook_calls"] == 4 * 13  # 4 layers, prompt + 12 tokens
     assert s["hook_nodes_asked"] > 10 * s["hook_nodes_passed"]  # the rest never reached Python
+
+
+@pytest.mark.skipif(cgroup_version() != 1, reason="the cgroup v1 writeback case")
+def test_write_in_place_writes_count_against_the_run_only_with_sync_writeback(manifest, tiny_models,
+                                                                              tmp_path):
+    """On cgroup v1 the kernel's flusher writes dirty pages from the root cgroup: the run's own
+    cgroup sees (almost) none of what write-in-place dirties. With writeback "sync" the run
+    submits the writes itself, so its cgroup writes about what it dirties, under its throttle."""
+    model = tiny_models["olmoe-tiny-Q4_K_M"]
+    limits = Limits(write_bps=50_000_000, device_path=model["gguf"])
+    out = {}
+    for mode in ("kernel", "sync"):
+        rec = run(manifest, model, tmp_path / mode, spec("write-in-place", writeback=mode, tokens=6),
+                  limits=limits)
+        tok = pd.read_csv(tmp_path / mode / "tokens.csv")
+        out[mode] = (rec, tok)
+        assert rec["status"] == "ok" and rec["limits_in_force"]["write_bps"] == 50_000_000
+    k_tok, s_tok = out["kernel"][1], out["sync"][1]
+    assert s_tok.dirtied_bytes.sum() > 0 and k_tok.dirtied_bytes.sum() > 0
+    assert s_tok.cgroup_write_bytes.sum() >= 0.5 * s_tok.dirtied_bytes.sum()
+    assert k_tok.cgroup_write_bytes.sum() < 0.1 * k_tok.dirtied_bytes.sum()
