@@ -20,8 +20,13 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# where a scheduler placed the measurement (SLURM exports these into every job step)
+SCHEDULER_ENV = {"slurm_job_id": "SLURM_JOB_ID", "slurm_partition": "SLURM_JOB_PARTITION",
+                 "slurm_node": "SLURMD_NODENAME"}
+
+
 def machine_info() -> dict:
-    return {
+    info = {
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cores": os.cpu_count(),
@@ -29,3 +34,5 @@ def machine_info() -> dict:
         "kernel": platform.release(),
         "python": platform.python_version(),
     }
+    info.update({k: os.environ[v] for k, v in SCHEDULER_ENV.items() if v in os.environ})
+    return info

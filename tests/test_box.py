@@ -149,3 +149,15 @@ def test_calibration_that_cannot_reach_the_target_says_so():
 def test_calibration_gives_no_quota_when_the_machine_is_already_slower():
     res = calibrate(lambda q: 1.5, 2.0, cpus=2)
     assert res["cpu_quota"] is None and "not above" in res["reason"]
+
+
+def test_machine_facts_name_the_scheduler_job_when_there_is_one(monkeypatch):
+    from harness.machine import machine_info
+
+    assert "slurm_job_id" not in machine_info() or "SLURM_JOB_ID" in __import__("os").environ
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_JOB_PARTITION", "small")
+    monkeypatch.setenv("SLURMD_NODENAME", "node7")
+    info = machine_info()
+    assert (info["slurm_job_id"], info["slurm_partition"], info["slurm_node"]) == ("4242", "small",
+                                                                                   "node7")
