@@ -57,6 +57,25 @@ def run_row(record_path: Path) -> dict:
     }
 
 
+DISTURBED_READ_BYTES = 50e6  # foreign reads above this, and above 1% of the run's own: disturbed
+
+
+def foreign_read(device: dict, cgroup_io: dict) -> float:
+    """Bytes the whole disk read during the run beyond what the run's cgroup read (nan unknown)."""
+    dev, own = device.get("read_bytes"), cgroup_io.get("read", -1)
+    return float(dev - own) if dev is not None and own is not None and own >= 0 else float("nan")
+
+
+def disturbed(runs: pd.DataFrame) -> pd.Series:
+    """Repeats during which something else read the run's disk (recorded, not guessed): these are
+    left out of the verdicts, never out of the tables."""
+    if "foreign_read_bytes" not in runs:
+        return pd.Series(False, index=runs.index)
+    own = runs.get("cgroup_read_bytes_per_token", 0) * runs.get("tokens_completed", 0)
+    f = runs.foreign_read_bytes
+    return (f > DISTURBED_READ_BYTES) & (f > 0.01 * own.fillna(0))
+
+
 def prediction_columns(path: Path) -> dict:
     """A lookahead run's prediction quality over its generated tokens (mechanism.csv)."""
     nan = float("nan")
@@ -111,6 +130,8 @@ def box_columns(rec: dict, gen: pd.DataFrame, per) -> dict:
         "cgroup_write_bytes_per_token": (per("cgroup_write_bytes") if "cgroup_write_bytes" in gen
                                          else nan),
         "device_read_bytes": dev.get("read_bytes"), "device_write_bytes": dev.get("write_bytes"),
+        # what the rest of the machine read from the same disk while the run was measured
+        "foreign_read_bytes": foreign_read(dev, rec.get("cgroup_io_bytes", {})),
         "damon_pageout_bytes": damon.get("pageout", {}).get("sz_applied"),
         "damon_applied_bytes": sum(v.get("sz_applied", 0) for v in damon.values()) if damon else None,
     }

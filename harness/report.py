@@ -135,7 +135,10 @@ def _load(inputs, config: dict) -> Loaded:
     machines = (pd.DataFrame([r["machine"] for r in records]).drop_duplicates() if records
                 else pd.DataFrame([{}]))
     q4, q2 = _pair_models(config)
-    return Loaded(config=config, all_runs=all_runs, runs=all_runs[all_runs.tokens == run_length],
+    all_runs["disturbed"] = analysis.disturbed(all_runs)
+    # the findings judge only repeats nothing else disturbed (RESULTS.md lists the others)
+    judged = all_runs[(all_runs.tokens == run_length) & ~all_runs.disturbed]
+    return Loaded(config=config, all_runs=all_runs, runs=judged,
                   run_length=run_length, layouts=layouts, infos=infos, records=records,
                   machines=machines,
                   limits=records[0].get("limits_in_force", {}) if records else {},
@@ -221,6 +224,16 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
            "routed slabs just before each layer's prefetch (1 = the kernel read nothing else). "
            "`hook_s_per_token`: wall time in the routing hook's own work (mincore, ids, logging; "
            "the mechanism excluded), under the CPU quota.\n")
+    dist = all_runs[all_runs.disturbed]
+    w.text(f"### Repeats left out of the verdicts: {len(dist)}\n")
+    w.text("A repeat during which the rest of the machine read more than "
+           f"{analysis.DISTURBED_READ_BYTES / 1e6:.0f} MB (and over 1% of the run's own reads) from "
+           "the models' disk, by the device's counters against the run's cgroup, was disturbed: it "
+           "stays in the table above and in runs.csv (`disturbed`, `foreign_read_bytes`), and the "
+           "findings below judge the other repeats.\n")
+    if len(dist):
+        w.table("disturbed_repeats", dist[["run_id", "repeat", "start_utc", "foreign_read_bytes",
+                                           "tok_per_s"]], "runs_table, findings")
     w.text("### What the first token sees\n")
     w.text("llama.cpp's mmap load maps the file with MAP_POPULATE and POSIX_MADV_WILLNEED, so the "
            "load reads the model inside the run's RAM budget and decoding starts with part of it "

@@ -94,3 +94,12 @@ def test_oracle_reads_only_what_no_cache_of_that_size_could_keep():
 def test_limit_bounds_no_and_perfect_overlap():
     b = analysis.limit_bounds(150e6, 150.0, 0.5)  # 1 s of I/O, 0.5 s of compute per token
     assert b["no_overlap"] == pytest.approx(1 / 1.5) and b["perfect_overlap"] == pytest.approx(1.0)
+
+
+def test_disturbed_repeats_are_those_something_else_read_the_disk_during():
+    runs = pd.DataFrame({"foreign_read_bytes": [0.0, 40e6, 300e6, 300e6, float("nan")],
+                         "cgroup_read_bytes_per_token": [1e8, 1e8, 1e8, 1e12, 1e8],
+                         "tokens_completed": [16] * 5})
+    assert list(analysis.disturbed(runs)) == [False, False, True, False, False]
+    assert analysis.foreign_read({"read_bytes": 500}, {"read": 200}) == 300
+    assert pd.isna(analysis.foreign_read({"read_bytes": 500}, {"read": -1}))
