@@ -132,6 +132,7 @@ def box_columns(rec: dict, gen: pd.DataFrame, per) -> dict:
         "device_read_bytes": dev.get("read_bytes"), "device_write_bytes": dev.get("write_bytes"),
         # what the rest of the machine read from the same disk while the run was measured
         "foreign_read_bytes": foreign_read(dev, rec.get("cgroup_io_bytes", {})),
+        "cpu_steal_s": box.get("counters_delta", {}).get("cpu_s", {}).get("steal"),
         "damon_pageout_bytes": damon.get("pageout", {}).get("sz_applied"),
         "damon_applied_bytes": sum(v.get("sz_applied", 0) for v in damon.values()) if damon else None,
     }

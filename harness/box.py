@@ -225,8 +225,23 @@ def vmstat() -> dict:
     return out
 
 
+CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_seconds() -> dict:
+    """Machine-wide CPU time by kind (/proc/stat), in seconds: with the run's own CPU use it says
+    whether anything else ran, and `steal` whether the host took the VM's CPUs away."""
+    hz = os.sysconf("SC_CLK_TCK")
+    with contextlib.suppress(OSError, ValueError):
+        f = Path("/proc/stat").read_text().splitlines()[0].split()
+        if f[0] == "cpu":
+            return {k: int(v) / hz for k, v in zip(CPU_FIELDS, f[1:], strict=False)}
+    return {}
+
+
 def counters(major_minor: str | None) -> dict:
-    return {"device": device_stat(major_minor) if major_minor else {}, "vmstat": vmstat()}
+    return {"device": device_stat(major_minor) if major_minor else {}, "vmstat": vmstat(),
+            "cpu_s": cpu_seconds()}
 
 
 def delta(before: dict, after: dict) -> dict:
@@ -235,7 +250,7 @@ def delta(before: dict, after: dict) -> dict:
     for k, v in after.items():
         if isinstance(v, dict):
             out[k] = delta(before.get(k, {}), v)
-        elif isinstance(v, int) and isinstance(before.get(k), int):
+        elif isinstance(v, int | float) and isinstance(before.get(k), int | float):
             out[k] = v - before[k]
     return out
 

@@ -100,6 +100,8 @@ def test_box_record_sees_device_bytes_written(tmp_path):
         os.fsync(f.fileno())
     out = rec.finish()
     assert out["counters_delta"]["device"]["write_bytes"] >= 32 << 20
+    cpu = out["counters_delta"]["cpu_s"]
+    assert set(cpu) >= {"user", "system", "idle", "steal"} and cpu["system"] > 0  # it wrote 32 MiB
     assert out["thp"]["enabled"] is None or "[" in out["thp"]["enabled"]
     for k in out["damon"]:  # this machine's DAMON, as it is (nothing here changes it)
         assert k["state"] in ("on", "off")
