@@ -138,10 +138,14 @@ SYNCHRONOUS = ("pread+madvise", "populate", "write-in-place", "lru-odirect")
 
 
 def test_prefetching_mechanisms_make_routed_slabs_resident_and_none_does_not(cold_runs):
+    none_missing = cold_runs["none"][1].bytes_missing.sum()
     for name, (rec, tok) in cold_runs.items():
         assert rec["status"] == "ok", name
-        first = tok.iloc[0]  # the prompt: nothing routed is resident after the eviction
-        assert first.bytes_missing > 0.5 * first.bytes_routed, name
+        first = tok.iloc[0]  # the prompt: nothing routed is resident after the eviction ...
+        if name == "lookahead":  # ... unless it was read ahead on a prediction
+            assert tok.bytes_missing.sum() < none_missing, name
+        else:
+            assert first.bytes_missing > 0.5 * first.bytes_routed, name
         if name == "none":  # demand paging: the hook returns before any fault
             assert (tok.bytes_missing_after == tok.bytes_missing).all()
         elif name in SYNCHRONOUS:  # every routed byte resident before the matmuls
