@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 
 PAGE = mmap.PAGESIZE
 PROT_READ, PROT_WRITE = 1, 2
@@ -36,13 +37,7 @@ SYNC_FILE_RANGE_WRITE = 2  # start writeback of the dirty pages in the range, fr
 def check(rc: int, what: str) -> None:
     if rc != 0:
         err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os_strerror(err)}")
-
-
-def os_strerror(err: int) -> str:
-    import os
-
-    return os.strerror(err)
+        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
 def pages(nbytes: int) -> int:
