@@ -154,19 +154,29 @@ class Finding:
         raise NotImplementedError
 
 
+MIN_BUDGETS = 3  # a trend against the budget needs three points
+
+
 class LruFinding(Finding):
     def evaluate(self, st):
         lru = st.runs[st.runs.mechanism == "lru-odirect"]
         pm = st.surviving_design(st.q4)
         if lru.empty or pm.empty:
             return Outcome(Verdict(INCONCLUSIVE, "no lru-odirect or pread+madvise runs"))
-        rows, parts = [], []
+        rows, parts, dead = [], [], []
         for budget, g in lru.groupby("lru_budget_mb"):
             ok = g[g.status == Status.OK.value]
-            cmp = compare_ranges(ok.tok_per_s, pm.tok_per_s)
-            raw = {"below": HOLDS, "above": FAILS}.get(cmp, INCONCLUSIVE)
-            v = decide(raw, f"budget {budget} MB {cmp} pread+madvise", ok.tok_per_s, pm.tok_per_s)
-            parts.append(v)
+            if ok.empty and g.status.str.startswith("killed").all():
+                # a budget that never finishes beat nothing (the study's 1200 MB died): it is shown
+                # with its memory trail and judged by the budgets that did finish
+                dead.append(budget)
+                v = Verdict(INCONCLUSIVE, f"budget {budget} MB: {', '.join(sorted(set(g.status)))}")
+                cmp = "killed"
+            else:
+                cmp = compare_ranges(ok.tok_per_s, pm.tok_per_s)
+                raw = {"below": HOLDS, "above": FAILS}.get(cmp, INCONCLUSIVE)
+                v = decide(raw, f"budget {budget} MB {cmp} pread+madvise", ok.tok_per_s, pm.tok_per_s)
+                parts.append(v)
             rows.append({"lru_budget_mb": budget, "n_ok": len(ok),
                          "tok_per_s_median": ok.tok_per_s.median(), "tok_per_s_range": _rng(ok.tok_per_s),
                          "statuses": ",".join(sorted(set(g.status))),
@@ -179,6 +189,10 @@ class LruFinding(Finding):
         trend = (float(med.lru_budget_mb.rank().corr(med.tok_per_s_median.rank()))
                  if len(med) >= 3 else float("nan"))
         v = combine(parts, f"LRU against pread+madvise ({_rng(pm.tok_per_s)} tok/s) at every budget")
+        if v.verdict == HOLDS and len(parts) < MIN_BUDGETS:
+            v = Verdict(INCONCLUSIVE, f"{len(parts)} budget(s) finished; the rule needs {MIN_BUDGETS}")
+        if dead:
+            v = Verdict(v.verdict, v.reason + f" (killed, not judged: {', '.join(map(str, dead))} MB)")
         notes = [f"Trend of the median tok/s against the budget (Spearman): {trend:.2f} "
                  f"({'falls' if trend < 0 else 'rises' if trend > 0 else 'flat'} as the budget grows)"
                  if not math.isnan(trend) else "Fewer than three budgets with ok runs: no trend."]

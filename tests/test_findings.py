@@ -55,6 +55,12 @@ def test_finding1_lru_each_way():
         == HOLDS
     assert verdict("1", study(PM, lru(0, [0.5, 0.52]), lru(256, [1.5, 1.55]))) == FAILS
     assert verdict("1", study(PM, lru(0, [0.5]))) == INCONCLUSIVE  # one repeat per budget
+    # a budget killed at every repeat is not judged; two finished budgets make no trend
+    killed = rows("lru-1200", [None], mechanism="lru-odirect", lru_budget_mb=1200,
+                  status="killed: memory")
+    slow3 = (lru(0, [0.5, 0.52]), lru(256, [0.4, 0.41]), lru(512, [0.3, 0.3]))
+    assert verdict("1", study(PM, *slow3, killed)) == HOLDS
+    assert verdict("1", study(PM, *slow3[:2], killed)) == INCONCLUSIVE
 
 
 def trace_rows(shared):
