@@ -21,7 +21,7 @@ def cfg():
 def test_shipped_configs_are_valid_and_expand_readably():
     runs = validate_config(cfg())
     ids = [r.run_id for r in runs]
-    assert "lru--lru-budget-mb-1200" in ids and "baseline--model-olmoe-q2" in ids
+    assert "lru-1200" in ids and "lru--lru-budget-mb-800" in ids and "baseline--model-olmoe-q2" in ids
     assert "pread-madvise-mlock--log-experts-on" in ids
     assert "lookahead--model-olmoe-q2--mlock-non-expert-on" in ids
     assert len(ids) == len(set(ids)) == 17
