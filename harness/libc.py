@@ -69,7 +69,11 @@ def mmap_fixed(addr: int, length: int, prot: int, flags: int, fd: int, offset: i
         raise OSError(ctypes.get_errno(), f"{what}: remapping the model failed")
 
 
+_LOW_BIT = bytes(b & 1 for b in range(256))
+
+
 def resident_pages(addr: int, length: int, vec) -> int:
     """How many of the pages of a page-aligned range are resident (mincore into `vec`)."""
     check(lib.mincore(addr, length, vec), "mincore")
-    return sum(v & 1 for v in bytes(vec)[: length // PAGE])
+    # bit 0 of each byte: resident (the others are reserved); counted in C, not byte by byte
+    return ctypes.string_at(vec, length // PAGE).translate(_LOW_BIT).count(1)

@@ -92,17 +92,121 @@ def rss_bytes() -> int:
 GGML_TYPE_F32, GGML_TYPE_I32 = 0, 26
 
 
+MOE_MAX_SLABS = 4  # harness/hook.c
+
+
 class NativeHook(ctypes.Structure):
     """struct moe_hook of harness/hook.c."""
 
-    _fields_ = [("observe", ctypes.c_void_p), ("name_offset", ctypes.c_size_t),
+    _fields_ = [("observe", ctypes.c_void_p), ("route", ctypes.c_void_p),
+                ("off_type", ctypes.c_size_t), ("off_ne", ctypes.c_size_t),
+                ("off_nb", ctypes.c_size_t), ("off_data", ctypes.c_size_t),
+                ("off_name", ctypes.c_size_t), ("type_i32", ctypes.c_int32),
                 ("prefix", (ctypes.c_char * 32) * 2), ("prefix_len", ctypes.c_size_t * 2),
-                ("asked", ctypes.c_ulonglong), ("passed", ctypes.c_ulonglong)]
+                ("n_layer", ctypes.c_int32), ("n_expert", ctypes.c_int32),
+                ("n_expert_used", ctypes.c_int32),
+                ("layer_is_moe", ctypes.POINTER(ctypes.c_uint8)),
+                ("slab_off", ctypes.POINTER(ctypes.c_uint64)),
+                ("slab_len", ctypes.POINTER(ctypes.c_uint64)),
+                ("base", ctypes.c_size_t), ("vec", ctypes.POINTER(ctypes.c_ubyte)),
+                ("vec_len", ctypes.c_size_t), ("page", ctypes.c_size_t),
+                ("token0", ctypes.c_int32), ("batch_n", ctypes.c_int32),
+                ("rows", ctypes.POINTER(ctypes.c_int32)), ("rows_cap", ctypes.c_int32),
+                ("unique", ctypes.POINTER(ctypes.c_int32)),
+                ("unique_n", ctypes.POINTER(ctypes.c_int32)),
+                ("routed_layer", ctypes.POINTER(ctypes.c_int32)),
+                ("n_rows", ctypes.c_int32), ("n_routed", ctypes.c_int32),
+                ("missing", ctypes.c_uint64), ("missing_after", ctypes.c_uint64),
+                ("hook_ns", ctypes.c_uint64), ("python_ns", ctypes.c_uint64),
+                ("asked", ctypes.c_ulonglong), ("passed", ctypes.c_ulonglong),
+                ("error", ctypes.c_char * 256)]
+
+
+ROUTE_FN = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32),
+                            ctypes.c_int32)
+
+
+class NativeRouting:
+    """The C routing path (harness/hook.c) and the buffers it fills, owned here so they live as
+    long as the context. After each decode, `collect` moves what C recorded into the RoutingHook,
+    so the token row is built the same way whichever path observed the routing."""
+
+    def __init__(self, hook: "RoutingHook", lib_path: str, observe_cb, n_rows_max: int):
+        lay, mapped = hook.layout, hook.mechanism.model
+        self.hook, self.lib = hook, ctypes.CDLL(lib_path)
+        n_layer, n_expert = lay.n_layer, lay.n_expert
+        self.is_moe = (ctypes.c_uint8 * n_layer)(*(int(i in lay.by_layer) for i in range(n_layer)))
+        size = n_layer * n_expert * MOE_MAX_SLABS
+        self.slab_off, self.slab_len = (ctypes.c_uint64 * size)(), (ctypes.c_uint64 * size)()
+        for layer in lay.by_layer:
+            for e in range(n_expert):
+                slabs = lay.slabs(layer, e)
+                if len(slabs) > MOE_MAX_SLABS:
+                    raise WorkerError(f"layer {layer}: {len(slabs)} expert tensors, the C hook "
+                                      f"takes {MOE_MAX_SLABS}")
+                for k, sl in enumerate(slabs):
+                    at = (layer * n_expert + e) * MOE_MAX_SLABS + k
+                    self.slab_off[at], self.slab_len[at] = sl.offset, sl.nbytes
+        vec_len = mech._max_slab(lay) // libc.PAGE + 2
+        self.vec = (ctypes.c_ubyte * vec_len)()
+        self.rows = (ctypes.c_int32 * (4 * n_rows_max))()
+        self.unique = (ctypes.c_int32 * max(1, n_layer * n_expert))()
+        self.unique_n, self.routed_layer = (ctypes.c_int32 * n_layer)(), (ctypes.c_int32 * n_layer)()
+        mechanism = hook.mechanism
+        # demand paging has no per-layer work: C does not call Python at all for it
+        self.route_cb = ROUTE_FN(self._route) if mechanism.prefetches else None
+        T = hlib.GgmlTensor
+        self.h = NativeHook(
+            observe=ctypes.cast(observe_cb, ctypes.c_void_p),
+            route=ctypes.cast(self.route_cb, ctypes.c_void_p) if self.route_cb else None,
+            off_type=T.type.offset, off_ne=T.ne.offset, off_nb=T.nb.offset, off_data=T.data.offset,
+            off_name=T.name.offset, type_i32=GGML_TYPE_I32, n_layer=n_layer, n_expert=n_expert,
+            n_expert_used=lay.n_expert_used, layer_is_moe=self.is_moe, slab_off=self.slab_off,
+            slab_len=self.slab_len, base=mapped.base, vec=self.vec, vec_len=vec_len, page=libc.PAGE,
+            rows=self.rows, rows_cap=n_rows_max, unique=self.unique, unique_n=self.unique_n,
+            routed_layer=self.routed_layer)
+        for i, prefix in enumerate((TOPK_PREFIX, mechanism.observes or b"")):
+            self.h.prefix[i].value = prefix
+            self.h.prefix_len[i] = len(prefix)
+        self.eval_fn = ctypes.cast(self.lib.moe_hook_eval, ctypes.c_void_p).value
+        self.user_data = ctypes.cast(ctypes.pointer(self.h), ctypes.c_void_p)
+
+    def _route(self, layer, experts, n) -> bool:
+        try:
+            self.hook.mechanism.on_route(layer, experts[:n])
+            return True
+        except BaseException as exc:  # an exception must not unwind through C; stop the decode
+            self.hook.error = exc
+            return False
+
+    def begin(self, token0: int, batch_n: int) -> None:
+        h = self.h
+        h.token0, h.batch_n = token0, batch_n
+        h.n_rows = h.n_routed = 0
+        h.missing = h.missing_after = h.hook_ns = h.python_ns = 0
+        h.error = b""
+
+    def collect(self) -> None:
+        """What C recorded during the decode, into the RoutingHook (and the experts sink)."""
+        h, hook = self.h, self.hook
+        if h.error:
+            raise WorkerError(f"routing hook failed: {h.error.decode(errors='replace')}")
+        n_expert = hook.layout.n_expert
+        hook.routed = [(self.routed_layer[i], self.unique[i * n_expert: i * n_expert + self.unique_n[i]])
+                       for i in range(h.n_routed)]
+        hook.calls += h.n_routed
+        hook.missing, hook.missing_after = h.missing, h.missing_after
+        hook.hook_s = h.hook_ns / 1e9
+        if hook.log_experts and h.n_rows:
+            ids = np.ctypeslib.as_array(self.rows).reshape(-1, 4)[: h.n_rows]
+            hook.sink.write("".join(f"{t},{la},{r},{e}\n" for t, la, r, e in ids.tolist()))
 
 
 class RoutingHook:
-    """The cb_eval callback. It is asked about every graph node, so the `ask` path compares a
-    13-byte name prefix and nothing else.
+    """The cb_eval callback in Python (hook "python"; with "native", NativeRouting does the routing
+    path in C and this class only observes a mechanism's hidden states and holds the per-decode
+    results). It is asked about every graph node, so the `ask` path compares a 13-byte name prefix
+    and nothing else.
 
     On each `ffn_moe_topk-<layer>` it checks the tensor is what the layout expects (int32 ids,
     contiguous rows of n_expert_used, ids in range), measures with mincore how many of the routed
@@ -338,16 +442,11 @@ class Worker:
         if mode == "python" or not self.p.hook_lib:
             cp.cb_eval, cp.cb_eval_user_data, self.native = self.cb, None, None
             return
-        lib = ctypes.CDLL(self.p.hook_lib)
-        self.native = NativeHook(observe=ctypes.cast(self.cb, ctypes.c_void_p),
-                                 name_offset=RoutingHook.NAME_OFF)
-        for i, prefix in enumerate((TOPK_PREFIX, self.mechanism.observes or b"")):
-            self.native.prefix[i].value = prefix
-            self.native.prefix_len[i] = len(prefix)
-        cp.cb_eval = llama.ggml_backend_sched_eval_callback(
-            ctypes.cast(lib.moe_hook_eval, ctypes.c_void_p).value)
-        cp.cb_eval_user_data = ctypes.cast(ctypes.pointer(self.native), ctypes.c_void_p)
-        self._hook_lib = lib  # kept loaded as long as ctx
+        # ids of one decode: every token of the largest batch, every layer, every rank
+        n_rows_max = cp.n_batch * max(1, self.layout.n_layer) * max(1, self.layout.n_expert_used)
+        self.native = NativeRouting(self.hook, self.p.hook_lib, self.cb, n_rows_max)
+        cp.cb_eval = llama.ggml_backend_sched_eval_callback(self.native.eval_fn)
+        cp.cb_eval_user_data = self.native.user_data
 
     def decode_one(self, index: int, batch_tokens: list[int], pos: int) -> dict:
         """One llama_decode of `batch_tokens` at position `pos`: the token's row, by field name."""
@@ -358,6 +457,8 @@ class Worker:
         hook.routed = []
         hook.missing = hook.missing_after = 0
         hook.hook_s = 0.0
+        if self.native:
+            self.native.begin(pos, n)
         m.begin_decode(pos, n)
         c0, ru0 = m.counters(), resource.getrusage(resource.RUSAGE_SELF)
         io0, cg0 = read_proc_io(), read_io_bytes(io_stat)
@@ -369,6 +470,8 @@ class Worker:
         io1, cg1 = read_proc_io(), read_io_bytes(io_stat)
         if hook.error is not None:
             raise WorkerError(f"routing hook failed: {hook.error!r}") from hook.error
+        if self.native:
+            self.native.collect()
         if rc != 0:
             raise WorkerError(f"llama_decode returned {rc} at token {index}")
         lay = self.layout
@@ -443,8 +546,8 @@ class Worker:
             "load_s": self.load_s, "model_moments": self.moments,
             "mlocked_bytes": self.locked_bytes, "mlocked_tensors": self.locked_count,
             "hook": self.p.hook if self.p.hook != "native" or self.native else "python",
-            "hook_nodes_asked": self.native.asked if self.native else None,
-            "hook_nodes_passed": self.native.passed if self.native else None,
+            "hook_nodes_asked": self.native.h.asked if self.native else None,
+            "hook_nodes_passed": self.native.h.passed if self.native else None,
             "hook_calls": self.hook.calls, "bytes_routed": self.routed_total,
             "bytes_prefetched": self.prefetched_total,
             "byte_accounting_ok": (self.mismatches == 0) if m.prefetches else None,

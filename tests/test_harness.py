@@ -184,6 +184,84 @@ def test_hook_refuses_a_routing_tensor_it_cannot_read(tiny_models, bad, needle):
         hook.check(FakeTensor(**kw), 0)
 
 
+class _NativeTopk:
+    """hook.c's topk path driven directly: a hand-made ffn_moe_topk-0 tensor over ids in Python
+    memory, the tiny model's file mapped read-only as the model, demand paging as the mechanism."""
+
+    def __init__(self, manifest, model, batch_n=1):
+        import ctypes
+        import mmap
+        import types
+
+        from harness import lib as hlib
+        from harness.layout import Layout
+        from harness.mechanisms import NoPrefetch
+        from harness.worker import NativeRouting, RoutingHook, find_mapping
+
+        self.ctypes, self.file = ctypes, open(model["gguf"], "rb")
+        self.map = mmap.mmap(self.file.fileno(), 0, prot=mmap.PROT_READ)
+        self.layout = Layout(model["data"])
+        start, _, offset = find_mapping(model["gguf"])  # a read-only mmap has no buffer address
+        base = start - offset
+        mapped = types.SimpleNamespace(base=base, layout=self.layout)
+        mechanism = NoPrefetch.__new__(NoPrefetch)
+        mechanism.model, mechanism.layout = mapped, self.layout
+        hook = RoutingHook.__new__(RoutingHook)
+        hook.mechanism, hook.layout, hook.log_experts, hook.calls = mechanism, self.layout, False, 0
+        hook.error = None
+        self.native = NativeRouting(hook, manifest["hook_lib"], None, 64)
+        self.native.begin(0, batch_n)
+        self.tensor = hlib.GgmlTensor()
+        self.tensor.name = b"ffn_moe_topk-0"
+        self.eval = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_bool, ctypes.c_void_p)(
+            self.native.eval_fn)
+
+    def __call__(self, ids, type=26, nb0=4, ne0=None, ne1=1, nb1=None, name=None):
+        c = self.ctypes
+        n_used = self.layout.n_expert_used
+        arr = (c.c_int32 * len(ids))(*ids)
+        t = self.tensor
+        t.type, t.data = type, c.addressof(arr)
+        t.ne[0], t.ne[1] = n_used if ne0 is None else ne0, ne1
+        t.nb[0], t.nb[1] = nb0, 4 * n_used if nb1 is None else nb1
+        if name is not None:
+            t.name = name
+        self.native.begin(0, self.native.h.batch_n)
+        asked = self.eval(c.addressof(t), True, self.native.user_data)
+        ok = self.eval(c.addressof(t), False, self.native.user_data)
+        return asked, ok, self.native.h.error.decode()
+
+
+def test_native_hook_records_a_routing_tensor_and_refuses_one_it_cannot_read(manifest, tiny_models):
+    """The C path on hand-made tensors: good ids are recorded with their missing bytes (equal to
+    Python's mincore count), every bad field or id stops the decode with a message naming it."""
+    from harness.mechanisms import Residency
+
+    drive = _NativeTopk(manifest, tiny_models["olmoe-tiny-Q4_K_M"])
+    lay, h = drive.layout, drive.native.h
+    good = list(range(lay.n_expert_used))
+    asked, ok, err = drive(good[::-1])
+    assert asked and ok and err == ""
+    assert h.n_routed == 1 and h.n_rows == lay.n_expert_used
+    assert sorted(drive.native.unique[: drive.native.unique_n[0]]) == good
+    res = Residency(drive.native.hook.mechanism.model)
+    want = sum(res.missing_bytes(s.offset, s.nbytes) for e in good for s in lay.slabs(0, e))
+    assert h.missing == h.missing_after == want  # demand paging: nothing changed in between
+    assert h.hook_ns > 0
+    # a node that is not routing is neither asked for nor observed
+    asked, ok, _ = drive(good, name=b"ffn_moe_probs-0")
+    assert not asked and ok and h.n_routed == 0
+    bad = {"type is not I32": dict(type=0), "nb[0]": dict(nb0=8), "n_expert_used": dict(ne0=lay.n_expert_used + 1),
+           "row stride": dict(nb1=2), "rows for the batch": dict(ne1=3)}
+    for needle, kw in bad.items():
+        asked, ok, err = drive(good, name=b"ffn_moe_topk-0", **kw)
+        assert asked and not ok and needle in err, (needle, err)
+    asked, ok, err = drive(good[:-1] + [lay.n_expert], name=b"ffn_moe_topk-0")
+    assert not ok and f"routes to expert {lay.n_expert}" in err
+    asked, ok, err = drive(good, name=f"ffn_moe_topk-{lay.n_layer}".encode())
+    assert not ok and "not a MoE layer" in err
+
+
 def test_layout_refuses_ids_it_does_not_have(tiny_models):
     from harness.layout import Layout
 
