@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 from collections.abc import Callable
 
 from harness.limits import CPU_PERIOD_US
@@ -21,49 +22,119 @@ log = logging.getLogger(__name__)
 MIN_QUOTA = 1000 / CPU_PERIOD_US  # CPUs: CFS refuses quotas under 1 ms per period
 
 
+class CalibrationError(RuntimeError):
+    pass
+
+
+STEADY = 0.10  # a re-measured rate within 10% of the first: the machine held still
+
+
+def _inconsistent(steps: list[dict], quota: float, rate: float) -> dict | None:
+    """An earlier step that contradicts this one: less CPU but clearly faster, or more CPU but
+    clearly slower (the rate is monotone in the quota on a quiet machine)."""
+    for s in steps:
+        q, r = s["cpu_quota"], s["tok_per_s"]
+        if q is None or not r or not rate:
+            continue
+        if (q < quota and r > rate * (1 + STEADY)) or (q > quota and r < rate / (1 + STEADY)):
+            return s
+    return None
+
+
+def _steady(measure: Callable[[float | None], float], quota: float | None) -> dict:
+    """A step's rate from two measurements that agree (a third, and the median, if they do not),
+    so one disturbed measurement cannot move a bracket end."""
+    samples = [measure(quota), measure(quota)]
+    a, b = samples
+    if not (a and b and abs(a / b - 1) <= STEADY):
+        samples.append(measure(quota))
+    rate = statistics.median(samples) if len(samples) == 3 else sum(samples) / 2
+    return {"cpu_quota": quota, "tok_per_s": rate, "samples": samples}
+
+
 def calibrate(measure: Callable[[float | None], float], target: float, *, cpus: float,
               tolerance: float = 0.05, max_steps: int = 10) -> dict:
     """measure(quota) -> tok/s (quota None = unlimited). Returns the quota whose measured rate is
     closest to target, and every step taken. Proportional steps: tok/s scales about linearly with
-    CPU time when the decode is compute-bound, and the loop corrects what it does not."""
+    CPU time when the decode is compute-bound, and the loop corrects what it does not.
+
+    Every quota in force for the whole study comes from here, so a disturbed measurement (another
+    process on the machine) must not pass: a step that contradicts an earlier one (more CPU,
+    slower) has both re-measured, and the chosen quota is measured once more at the end; a rate
+    that does not hold still raises CalibrationError. Each step is two measurements that must
+    agree (a third decides when they do not)."""
     if target <= 0:
         raise ValueError(f"compute_target_tok_s must be > 0, not {target}")
-    steps = []
-    free = measure(None)
-    steps.append({"cpu_quota": None, "tok_per_s": free})
+    steps = [_steady(measure, None)]
+    free = steps[0]["tok_per_s"]
     log.info("calibration: unlimited %.3f tok/s, target %.3f", free, target)
     if not free or free <= target * (1 + tolerance):
         # already as slow as the target (or slower): no quota makes it faster
         return {"cpu_quota": None, "target_tok_s": target, "steps": steps,
                 "reason": "unlimited rate is not above the target"}
     quota = max(MIN_QUOTA, cpus * target / free)
-    # bracket: (quota, rate) pairs known to fall below / above the target
-    lo: tuple[float, float | None] = (MIN_QUOTA, None)
-    hi: tuple[float, float | None] = (cpus, free)
     for _ in range(max_steps):
-        rate = measure(quota)
-        steps.append({"cpu_quota": quota, "tok_per_s": rate})
-        log.info("calibration: quota %.4f CPUs -> %.3f tok/s", quota, rate)
+        step = _steady(measure, quota)
+        rate = step["tok_per_s"]
+        log.info("calibration: quota %.4f CPUs -> %.3f tok/s %s", quota, rate, step["samples"])
+        other = _inconsistent(steps, quota, rate)
+        if other is not None:
+            log.warning("calibration: %.3f tok/s at %.4f CPUs contradicts %.3f at %.4f: "
+                        "measuring both again", rate, quota, other["tok_per_s"], other["cpu_quota"])
+            other["superseded"] = step["superseded"] = True
+            steps += [step, dict(_steady(measure, other["cpu_quota"]), remeasured=True)]
+            step = dict(_steady(measure, quota), remeasured=True)
+            rate = step["tok_per_s"]
+            if _inconsistent([s for s in steps if not s.get("superseded")], quota, rate):
+                raise CalibrationError(
+                    f"the machine is not steady: at {quota:.4f} CPUs {rate:.3f} tok/s, and the "
+                    f"quotas around it disagree after re-measuring ({steps}); stop what else runs "
+                    "on it and run the rule again")
+        steps.append(step)
         if rate and abs(rate / target - 1) <= tolerance:
             break
-        if not rate or rate < target:
-            lo = (quota, rate)
-        else:
-            hi = (quota, rate)
-        quota = _next_quota(lo, hi, target)
-    best = min((s for s in steps if s["cpu_quota"] is not None and s["tok_per_s"]),
-               key=lambda s: abs(s["tok_per_s"] / target - 1), default=None)
-    return {"cpu_quota": best["cpu_quota"] if best else None, "target_tok_s": target,
-            "tok_per_s_at_quota": best["tok_per_s"] if best else None, "steps": steps,
-            "within_tolerance": bool(best and abs(best["tok_per_s"] / target - 1) <= tolerance),
-            "tolerance": tolerance}
+        quota = _next_quota(_bracket(steps, target, cpus, free), target)
+    valid = [s for s in steps if s["cpu_quota"] is not None and s["tok_per_s"]
+             and not s.get("superseded")]
+    best = min(valid, key=lambda s: abs(s["tok_per_s"] / target - 1), default=None)
+    out = {"cpu_quota": best["cpu_quota"] if best else None, "target_tok_s": target,
+           "tok_per_s_at_quota": best["tok_per_s"] if best else None, "steps": steps,
+           "within_tolerance": bool(best and abs(best["tok_per_s"] / target - 1) <= tolerance),
+           "tolerance": tolerance}
+    if best:
+        check = measure(best["cpu_quota"])
+        log.info("calibration: check at %.4f CPUs -> %.3f tok/s", best["cpu_quota"], check)
+        out["check_tok_per_s"] = check
+        if not check or abs(check / best["tok_per_s"] - 1) > STEADY:
+            raise CalibrationError(
+                f"the machine is not steady: {best['tok_per_s']:.3f} tok/s at "
+                f"{best['cpu_quota']:.4f} CPUs, then {check:.3f} measured again; stop what else "
+                "runs on it and run the rule again")
+    return out
 
 
-def _next_quota(lo: tuple, hi: tuple, target: float) -> float:
+def _bracket(steps: list[dict], target: float, cpus: float, free: float) -> tuple[tuple, tuple]:
+    """The (quota, rate) pairs closest to the target from below and from above, of the steps that
+    stand (superseded ones are left out)."""
+    lo: tuple[float, float | None] = (MIN_QUOTA, None)
+    hi: tuple[float, float | None] = (cpus, free)
+    for s in steps:
+        q, r = s["cpu_quota"], s["tok_per_s"]
+        if q is None or s.get("superseded"):
+            continue
+        if not r or r < target:
+            if q > lo[0]:
+                lo = (q, r)
+        elif q < hi[0]:
+            hi = (q, r)
+    return lo, hi
+
+
+def _next_quota(bracket: tuple[tuple, tuple], target: float) -> float:
     """Interpolate log(quota) against log(rate) between the bracket's ends (the rate is monotone in
     the quota but neither linear nor smooth: throttled threads wait for each other); fall back to
     the bracket's geometric middle when an end has no rate or the guess hugs an end."""
-    (ql, rl), (qh, rh) = lo, hi
+    (ql, rl), (qh, rh) = bracket
     mid = math.sqrt(ql * qh)
     if not rl or not rh or rh <= rl:
         return mid

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from harness import box
-from harness.calibrate import calibrate
+from harness.calibrate import CalibrationError, calibrate
 from harness.limits import Limits, RunCgroup, block_device_of, cgroup_version
 
 needs_cgroups = pytest.mark.skipif(cgroup_version() is None, reason="no cgroup hierarchy")
@@ -129,7 +129,53 @@ def test_calibration_finds_the_quota_of_a_linear_machine():
 
     res = calibrate(measure, 2.0, cpus=2)
     assert res["within_tolerance"] and abs(res["cpu_quota"] - 0.2) < 0.01
-    assert calls[0] is None and len(calls) == 2
+    assert calls[0] is None and len(calls) == 5  # unlimited and the step twice each, the check
+    assert res["check_tok_per_s"] == pytest.approx(2.0)
+
+
+def _linear(q):
+    return 20.0 * (2.0 if q is None else q) / 2.0
+
+
+def _power(q):
+    return 20.0 * ((2.0 if q is None else q) / 2.0) ** 1.5
+
+
+def _disturbed_at(calls_disturbed, factor):
+    calls = []
+
+    def measure(q):
+        calls.append(q)
+        return _power(q) / factor if len(calls) in calls_disturbed else _power(q)
+    return measure
+
+
+def test_calibration_measures_again_a_step_that_another_process_disturbed():
+    """As in a main job whose calibration overlapped with a test run: a step's rate at a third.
+    One disturbed measurement: its pair disagrees and a third decides. Both of a pair disturbed
+    (more CPU, slower than the step before): both steps are measured again. Either way the quota
+    comes out right."""
+    res = calibrate(_disturbed_at({5}, 3), 2.0, cpus=2)
+    assert res["within_tolerance"] and _power(res["cpu_quota"]) == pytest.approx(2.0, rel=0.05)
+    assert any(len(s["samples"]) == 3 for s in res["steps"])
+    res = calibrate(_disturbed_at({5, 6}, 10), 2.0, cpus=2)
+    assert res["within_tolerance"] and _power(res["cpu_quota"]) == pytest.approx(2.0, rel=0.05)
+    assert any(s.get("superseded") for s in res["steps"])
+    assert any(s.get("remeasured") for s in res["steps"])
+
+
+def test_calibration_on_a_machine_that_does_not_hold_still_fails_loudly():
+    noisy = iter([40.0, 40.0] + [1.0, 1.0, 0.3, 0.3] * 20)
+    with pytest.raises(CalibrationError, match="not steady"):
+        calibrate(lambda q: next(noisy), 2.0, cpus=2)
+    calls = []
+
+    def drifting(q):  # steady during the search, slower by half at the check
+        calls.append(q)
+        return _linear(q) / (2 if len(calls) == 5 else 1)
+
+    with pytest.raises(CalibrationError, match="measured again"):
+        calibrate(drifting, 2.0, cpus=2)
 
 
 def test_calibration_corrects_a_machine_that_is_not_linear():

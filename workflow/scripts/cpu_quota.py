@@ -36,5 +36,11 @@ else:
 
     out.update(calibrate(measure, prof["compute_target_tok_s"], cpus=prof["threads"]),
                how="calibrated: llama-bench decode of the dense model, warm, under the profile")
+    if out.get("cpu_quota") is not None and not out["within_tolerance"]:
+        # every measurement of the study would run under a quota that is not the profile's box
+        sys.exit(f"cpu_quota: no quota brings the dense model within {out['tolerance']:.0%} of "
+                 f"{out['target_tok_s']} tok/s (closest {out['tok_per_s_at_quota']:.3f} at "
+                 f"{out['cpu_quota']:.4f} CPUs; steps in {snakemake.log[0]}); set cpu_quota in "
+                 "the profile to fix one by hand")
 out["end_utc"] = utcnow()
 atomic_write_json(snakemake.output[0], out)
