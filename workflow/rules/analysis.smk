@@ -63,3 +63,18 @@ rule final:
         "../../envs/pipeline.yaml"
     script:
         "../scripts/final.py"
+
+
+rule compare:
+    input:
+        compare_inputs,
+    output:
+        directory("results/compare"),
+    params:
+        machines=config.get("compare", {}),
+    log:
+        "logs/compare.log",
+    conda:
+        "../../envs/pipeline.yaml"
+    script:
+        "../scripts/compare.py"

@@ -5,6 +5,7 @@ import sys
 
 sys.path.insert(0, workflow.basedir)
 
+from harness.compare import TABLES as COMPARED_TABLES
 from harness.config import ConfigError, check
 
 try:
@@ -74,3 +75,18 @@ def run_model_info(wildcards):
 
 def run_model_layout(wildcards):
     return f"results/models/{RUNS[wildcards.run_id].model}.layout.json"
+
+
+def compare_inputs(wildcards):
+    """This machine's finished tree (built by rule final) and the files of every other tree named
+    under `compare:` (finished elsewhere, copied here: never re-run)."""
+    out = []
+    for root in config.get("compare", {}).values():
+        if os.path.normpath(root) == "results":
+            out.append(rules.final.output[0])
+        else:
+            out += [f"{root}/final/runs.csv"] + [
+                f"{root}/final/tables/{t}.csv" for t in COMPARED_TABLES
+            ]
+    return out
+

@@ -1,0 +1,63 @@
+"""results/compare on two machines' trees: the committed reference run and a copy of it as
+"another machine" (different host, slower, one configuration not run, one verdict changed)."""
+
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.compare import CompareError, compare
+
+REF = Path(__file__).resolve().parents[1] / "reference" / "vm-2026-12-03" / "results"
+
+
+@pytest.fixture
+def two_trees(tmp_path):
+    a = tmp_path / "a" / "results"
+    b = tmp_path / "b" / "results"
+    for dst in (a, b):
+        shutil.copytree(REF / "final", dst / "final")
+        shutil.copytree(REF / "ceilings", dst / "ceilings")
+        shutil.copytree(REF / "runs", dst / "runs")
+    t = b / "final" / "tables"
+    m = pd.read_csv(t / "machine.csv")
+    m["hostname"] = "node-b"
+    m.to_csv(t / "machine.csv", index=False)
+    s = pd.read_csv(t / "summary.csv")
+    s = s[s.run_id != "madvise"]
+    s.loc[s.run_id == "populate", ["tok_per_s_median", "tok_per_s_min", "tok_per_s_max"]] = \
+        [0.5, 0.4, 0.6]
+    s.to_csv(t / "summary.csv", index=False)
+    v = pd.read_csv(t / "verdicts.csv")
+    v.loc[v.finding.astype(str) == "6", "verdict"] = "holds"
+    v.to_csv(t / "verdicts.csv", index=False)
+    return {"vm": str(a), "node-b": str(b)}
+
+
+def test_two_machines_side_by_side_every_number_linked(two_trees, tmp_path):
+    out = tmp_path / "compare"
+    tables = compare(two_trees, out)
+    md = (out / "COMPARE.md").read_text()
+    conf = tables["configurations"].set_index("run_id")
+    assert conf.loc["populate", "node-b tok/s"].startswith("0.5 (0.4-0.6, n=3)")
+    assert not conf.loc["populate", "vm tok/s"].startswith("0.5 ")
+    assert conf.loc["madvise", "node-b tok/s"] == "not run" and "n=3" in conf.loc["madvise", "vm tok/s"]
+    assert tables["machines"].set_index("fact").loc["hostname"].tolist() == ["vm", "node-b"]
+    verdicts = tables["verdicts"].set_index("finding")
+    assert verdicts.loc["6", "node-b"].startswith("holds")
+    assert verdicts.loc["6", "vm"].startswith("does not hold")
+    # every link in the comparison resolves to a file of the tree it names
+    links = re.findall(r"\]\(([^)]+)\)", md)
+    assert len(links) > 50
+    for link in links:
+        assert (out / link).exists(), link
+    assert any("/b/results/runs/populate/rep1/run.json" in str((out / x).resolve()) for x in links)
+    assert (out / "configurations.csv").exists() and "Synthetic models" in md
+
+
+def test_a_tree_that_is_not_finished_is_refused_by_name(two_trees, tmp_path):
+    (Path(two_trees["node-b"]) / "final" / "tables" / "verdicts.csv").unlink()
+    with pytest.raises(CompareError, match="machine 'node-b'.*not a finished results tree"):
+        compare(two_trees, tmp_path / "compare")
