@@ -155,6 +155,7 @@ class Finding:
 
 
 MIN_BUDGETS = 3  # a trend against the budget needs three points
+TREND = 0.5  # |Spearman| at least this: tok/s falls (or rises) with the budget
 
 
 class LruFinding(Finding):
@@ -188,9 +189,18 @@ class LruFinding(Finding):
         # Spearman's rank correlation (Pearson on ranks; scipy is not a dependency)
         trend = (float(med.lru_budget_mb.rank().corr(med.tok_per_s_median.rank()))
                  if len(med) >= 3 else float("nan"))
-        v = combine(parts, f"LRU against pread+madvise ({_rng(pm.tok_per_s)} tok/s) at every budget")
-        if v.verdict == HOLDS and len(parts) < MIN_BUDGETS:
-            v = Verdict(INCONCLUSIVE, f"{len(parts)} budget(s) finished; the rule needs {MIN_BUDGETS}")
+        n_finished = len(parts)
+        if n_finished >= MIN_BUDGETS and not math.isnan(trend):
+            # the study: "tok/s got worse as the cache budget (and hit rate) went up"
+            parts.append(Verdict(HOLDS, f"tok/s falls as the budget grows (Spearman {trend:.2f})")
+                         if trend <= -TREND else
+                         Verdict(FAILS, f"tok/s rises as the budget grows (Spearman {trend:.2f})")
+                         if trend >= TREND else
+                         Verdict(INCONCLUSIVE, f"no trend against the budget (Spearman {trend:.2f})"))
+        v = combine(parts, f"LRU against pread+madvise ({_rng(pm.tok_per_s)} tok/s) at every budget, "
+                           "and its trend against the budget")
+        if v.verdict == HOLDS and n_finished < MIN_BUDGETS:
+            v = Verdict(INCONCLUSIVE, f"{n_finished} budget(s) finished; the rule needs {MIN_BUDGETS}")
         if dead:
             v = Verdict(v.verdict, v.reason + f" (killed, not judged: {', '.join(map(str, dead))} MB)")
         notes = [f"Trend of the median tok/s against the budget (Spearman): {trend:.2f} "
