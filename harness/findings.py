@@ -164,7 +164,7 @@ class LruFinding(Finding):
         pm = st.surviving_design(st.q4)
         if lru.empty or pm.empty:
             return Outcome(Verdict(INCONCLUSIVE, "no lru-odirect or pread+madvise runs"))
-        rows, parts, dead = [], [], []
+        rows, parts, dead, once = [], [], [], []
         for budget, g in lru.groupby("lru_budget_mb"):
             ok = g[g.status == Status.OK.value]
             if ok.empty and g.status.str.startswith("killed").all():
@@ -173,6 +173,12 @@ class LruFinding(Finding):
                 dead.append(budget)
                 v = Verdict(INCONCLUSIVE, f"budget {budget} MB: {', '.join(sorted(set(g.status)))}")
                 cmp = "killed"
+            elif len(ok) < MIN_REPEATS and len(g) < MIN_REPEATS:
+                # run once by design (the config's probe of a budget the study's box died at):
+                # shown, not judged, as it would otherwise make every verdict inconclusive
+                once.append(budget)
+                cmp = compare_ranges(ok.tok_per_s, pm.tok_per_s)
+                v = Verdict(INCONCLUSIVE, f"budget {budget} MB: {len(g)} repeat(s), not judged")
             else:
                 cmp = compare_ranges(ok.tok_per_s, pm.tok_per_s)
                 raw = {"below": HOLDS, "above": FAILS}.get(cmp, INCONCLUSIVE)
@@ -185,7 +191,7 @@ class LruFinding(Finding):
                          "peak_cgroup_bytes": g.peak_cgroup_bytes.max() if "peak_cgroup_bytes" in g
                          else None, "vs_pread_madvise": cmp, "verdict": v.verdict})
         t = pd.DataFrame(rows)
-        med = t.dropna(subset=["tok_per_s_median"])
+        med = t[~t.lru_budget_mb.isin(once)].dropna(subset=["tok_per_s_median"])
         # Spearman's rank correlation (Pearson on ranks; scipy is not a dependency)
         trend = (float(med.lru_budget_mb.rank().corr(med.tok_per_s_median.rank()))
                  if len(med) >= 3 else float("nan"))
@@ -203,6 +209,8 @@ class LruFinding(Finding):
             v = Verdict(INCONCLUSIVE, f"{n_finished} budget(s) finished; the rule needs {MIN_BUDGETS}")
         if dead:
             v = Verdict(v.verdict, v.reason + f" (killed, not judged: {', '.join(map(str, dead))} MB)")
+        if once:
+            v = Verdict(v.verdict, v.reason + f" (run once, not judged: {', '.join(map(str, once))} MB)")
         notes = [f"Trend of the median tok/s against the budget (Spearman): {trend:.2f} "
                  f"({'falls' if trend < 0 else 'rises' if trend > 0 else 'flat'} as the budget grows)"
                  if not math.isnan(trend) else "Fewer than three budgets with ok runs: no trend."]
