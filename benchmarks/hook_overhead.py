@@ -4,8 +4,8 @@ The same worker on the full-size model, everything cached, no limits (or the pro
 with --quota), with the hook off (no eval callback: the bare decode), native (harness/hook.c
 answers the scheduler, only routing nodes reach Python) and python (every node asks Python),
 beside llama-bench --repack 0 (the same kernels), interleaved, several rounds. Reports tok/s per
-measurement and the hook's cost per token in milliseconds (on - off), median and range over the
-rounds, and the on/off ratio.
+measurement, the hook's cost per token in milliseconds (on - off), median and range over the
+rounds, the on/off and on/llama-bench ratios, and the hook time the runs themselves recorded.
 
     python benchmarks/hook_overhead.py results/models/olmoe-q4.gguf [rounds] [tokens] [--quota]
 """
@@ -30,14 +30,15 @@ from harness.limits import Limits
 MODES = ("off", "native", "python")
 
 
-def harness_tok_s(model, info, layout, manifest, mode, tokens, k, limits) -> float:
+def harness_tok_s(model, info, layout, manifest, mode, tokens, k, limits) -> tuple[float, float]:
+    """tok/s of the generated tokens, and the hook time the run recorded per token (ms)."""
     spec = adhoc_spec(f"hook-{mode}", info["name"], "none", entry="bench", log_experts=False,
                       tokens=tokens, time_limit_s=3600, repeat=k, warm=True, hook=mode)
     with tempfile.TemporaryDirectory() as d:
         supervise.run(spec, Path(d) / "run", lib_dir=manifest["lib_dir"], build=manifest,
                       model_info=info, layout_path=layout, limits=limits, time_limit_s=3600)
         gen = pd.read_csv(Path(d) / "run" / "tokens.csv").query("phase == 'gen'")
-    return len(gen) / gen.wall_s.sum()
+    return len(gen) / gen.wall_s.sum(), 1000 * float(gen.hook_s.median())
 
 
 def main():
@@ -53,9 +54,12 @@ def main():
     layout = str(model.with_name(model.stem + ".layout.json"))
     pagecache.warm(model)
     samples = {m: [] for m in (*MODES, "llama-bench --repack 0")}
+    recorded = {m: [] for m in MODES}  # the hook time each run wrote into tokens.csv (ms/token)
     for k in range(1, rounds + 1):
         for mode in MODES:
-            samples[mode].append(harness_tok_s(model, info, layout, manifest, mode, tokens, k, limits))
+            tok_s, hook_ms = harness_tok_s(model, info, layout, manifest, mode, tokens, k, limits)
+            samples[mode].append(tok_s)
+            recorded[mode].append(hook_ms)
         with tempfile.TemporaryDirectory() as d, open(Path(d) / "bench.log", "w") as logf:
             b = llama_bench(manifest["llama_bench"], str(model), 2, tokens, "mmap", limits,
                             manifest["lib_dir"], logf, ("--repack", "0"))
@@ -69,7 +73,11 @@ def main():
         summary[mode] = {"cost_ms_per_token_median": statistics.median(cost_ms),
                          "cost_ms_min": min(cost_ms), "cost_ms_max": max(cost_ms),
                          "on_over_off_median": statistics.median(ratio),
-                         "on_over_off_min": min(ratio), "on_over_off_max": max(ratio)}
+                         "on_over_off_min": min(ratio), "on_over_off_max": max(ratio),
+                         "recorded_hook_ms_per_token_median": statistics.median(recorded[mode])}
+        bench = samples["llama-bench --repack 0"]
+        summary[mode]["on_over_llama_bench_median"] = statistics.median(
+            on / b for on, b in zip(samples[mode], bench, strict=True))
     summary["tok_per_s_median"] = {m: statistics.median(s) for m, s in samples.items()}
     print(json.dumps(summary, indent=2))
 
