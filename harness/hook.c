@@ -187,6 +187,7 @@ static bool on_topk(struct moe_hook *h, void *t, const char *name) {
     }
     h->unique_n[h->n_routed] = n_uniq;
     h->routed_layer[h->n_routed++] = (int32_t)layer;
+    uint64_t missing_before = h->missing;
     if (!add_missing(h, (int32_t)layer, uniq, n_uniq, &h->missing)) {
         return false;
     }
@@ -198,6 +199,11 @@ static bool on_topk(struct moe_hook *h, void *t, const char *name) {
         if (!ok) {
             return false; /* the Python side holds the error */
         }
+    }
+    if (!h->route) {
+        /* nothing ran between the two measurements: the second would find the same bytes */
+        h->missing_after += h->missing - missing_before;
+        return true;
     }
     return add_missing(h, (int32_t)layer, uniq, n_uniq, &h->missing_after);
 }
