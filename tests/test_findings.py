@@ -67,6 +67,9 @@ def test_finding1_lru_each_way():
     # "tok/s got worse as the budget went up" is refuted
     rising = (lru(0, [0.3, 0.31]), lru(256, [0.4, 0.41]), lru(512, [0.5, 0.52]))
     assert verdict("1", study(PM, *rising)) == FAILS
+    # no order against the budget (Spearman 0.2): the trend part cannot decide
+    mixed = (lru(0, [0.4, 0.41]), lru(256, [0.3, 0.31]), lru(512, [0.5, 0.51]), lru(800, [0.35, 0.36]))
+    assert verdict("1", study(PM, *mixed)) == INCONCLUSIVE
 
 
 def trace_rows(shared):
