@@ -147,8 +147,8 @@ class NativeRouting:
                 for k, sl in enumerate(slabs):
                     at = (layer * n_expert + e) * MOE_MAX_SLABS + k
                     self.slab_off[at], self.slab_len[at] = sl.offset, sl.nbytes
-        vec_len = mech._max_slab(lay) // libc.PAGE + 2
-        self.vec = (ctypes.c_ubyte * vec_len)()
+        self.vec = hook.residency.vec  # the Python path's mincore buffer, sized for any slab
+        vec_len = len(self.vec)
         self.rows = (ctypes.c_int32 * (4 * n_rows_max))()
         self.unique = (ctypes.c_int32 * max(1, n_layer * n_expert))()
         self.unique_n, self.routed_layer = (ctypes.c_int32 * n_layer)(), (ctypes.c_int32 * n_layer)()

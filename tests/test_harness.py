@@ -195,7 +195,7 @@ class _NativeTopk:
 
         from harness import lib as hlib
         from harness.layout import Layout
-        from harness.mechanisms import NoPrefetch
+        from harness.mechanisms import NoPrefetch, Residency
         from harness.worker import NativeRouting, RoutingHook, find_mapping
 
         self.ctypes, self.file = ctypes, open(model["gguf"], "rb")
@@ -208,7 +208,7 @@ class _NativeTopk:
         mechanism.model, mechanism.layout = mapped, self.layout
         hook = RoutingHook.__new__(RoutingHook)
         hook.mechanism, hook.layout, hook.log_experts, hook.calls = mechanism, self.layout, False, 0
-        hook.error = None
+        hook.error, hook.residency = None, Residency(mapped)
         self.native = NativeRouting(hook, manifest["hook_lib"], None, 64)
         self.native.begin(0, batch_n)
         self.tensor = hlib.GgmlTensor()
