@@ -8,6 +8,9 @@ measurement, the hook's cost per token in milliseconds (on - off), median and ra
 rounds, the on/off and on/llama-bench ratios, and the hook time the runs themselves recorded.
 
     python benchmarks/hook_overhead.py results/models/olmoe-q4.gguf [rounds] [tokens] [--quota]
+
+rounds defaults to 6 and tokens to 64: a cached token is ~35 ms here, so 16 tokens is half a
+second, which the shared machine's noise swamps.
 """
 
 import json
@@ -45,8 +48,8 @@ def main():
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     model = Path(args[0]).resolve()
-    rounds = int(args[1]) if len(args) > 1 else 3
-    tokens = int(args[2]) if len(args) > 2 else 32
+    rounds = int(args[1]) if len(args) > 1 else 6
+    tokens = int(args[2]) if len(args) > 2 else 64
     quota = cpu_quota_of(str(ROOT / "results/ceilings/cpu_quota.json")) if "--quota" in sys.argv else None
     limits = Limits(cpu_quota=quota, device_path=str(model))
     manifest = json.loads((ROOT / "results/build/llama.json").read_text())
@@ -56,7 +59,8 @@ def main():
     samples = {m: [] for m in (*MODES, "llama-bench --repack 0")}
     recorded = {m: [] for m in MODES}  # the hook time each run wrote into tokens.csv (ms/token)
     for k in range(1, rounds + 1):
-        for mode in MODES:
+        # the order rotates each round, so a drift of the shared machine does not favour one mode
+        for mode in MODES[k % 3:] + MODES[:k % 3]:
             tok_s, hook_ms = harness_tok_s(model, info, layout, manifest, mode, tokens, k, limits)
             samples[mode].append(tok_s)
             recorded[mode].append(hook_ms)
