@@ -70,7 +70,9 @@ def machines_table(trees: list[Tree], out_dir: Path) -> pd.DataFrame:
         row = {"fact": fact}
         for t in trees:
             m = t.tables["machine"]
-            vals = sorted(set(m[fact].dropna().astype(str))) if fact in m else []
+            # numbers in numeric order (job ids 8, 9, 10), text in text order
+            vals = sorted(set(m[fact].dropna().astype(str)),
+                          key=lambda v: (0, int(v), "") if v.isdigit() else (1, 0, v)) if fact in m else []
             row[t.name] = ", ".join(vals)
         if any(row[t.name] for t in trees):
             rows.append(row)

@@ -198,7 +198,7 @@ def _provenance(limits: Limits, time_limit_s, cg: RunCgroup, model_info: dict, b
                              "write_bps": limits.write_bps, "cpu_quota": limits.cpu_quota,
                              "read_ahead_kb": limits.read_ahead_kb, "time_limit_s": time_limit_s},
         "model": {k: model_info.get(k) for k in ("name", "path", "sha256", "synthetic", "seed",
-                                                 "quant", "source")},
+                                                 "quant", "source", "staged_from")},
         "model_sha256_after": after, "model_unchanged": after == model_info.get("sha256"),
         "build": {k: build.get(k) for k in ("commit", "patch_sha256", "cmake_flags", "key",
                                             "source_kind", "file_advice", "hook_lib")},

@@ -15,5 +15,7 @@ rule build_llama:
     conda:
         "../../envs/pipeline.yaml"
     threads: all_cores
+    resources:
+        **MEASUREMENT_RESOURCES,
     script:
         "../scripts/build_llama.py"

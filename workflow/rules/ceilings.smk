@@ -17,6 +17,8 @@ rule cpu_quota:
     conda:
         "../../envs/pipeline.yaml"
     threads: all_cores
+    resources:
+        **MEASUREMENT_RESOURCES,
     script:
         "../scripts/cpu_quota.py"
 
@@ -40,6 +42,8 @@ rule io_ceiling:
     conda:
         "../../envs/pipeline.yaml"
     threads: all_cores
+    resources:
+        **MEASUREMENT_RESOURCES,
     script:
         "../scripts/io_ceiling.py"
 
@@ -62,6 +66,8 @@ rule compute_ceiling:
     conda:
         "../../envs/pipeline.yaml"
     threads: all_cores
+    resources:
+        **MEASUREMENT_RESOURCES,
     script:
         "../scripts/compute_ceiling.py"
 
@@ -82,5 +88,7 @@ rule stock_baseline:
     conda:
         "../../envs/pipeline.yaml"
     threads: all_cores
+    resources:
+        **MEASUREMENT_RESOURCES,
     script:
         "../scripts/stock_baseline.py"

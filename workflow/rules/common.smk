@@ -30,6 +30,29 @@ PROFILE_CONFIG = {
     "profiles": {config["profile"]: config["profiles"][config["profile"]]},
 }
 
+# On a cluster (profiles/slurm): every measurement job has its node to itself (exclusive) and,
+# when the config names one, runs on the study's one node, so its numbers and the ceilings they
+# are compared with come from one machine. Its memory request is Snakemake's default (twice its
+# inputs, the model included: the page cache it fills is charged to the job where the cluster
+# constrains memory). A local run ignores these resources.
+CLUSTER = config.get("cluster") or {}
+MEASUREMENT_RESOURCES = {
+    "slurm_extra": " ".join(
+        ["--exclusive"] + ([f"--nodelist={CLUSTER['node']}"] if CLUSTER.get("node") else [])
+    ),
+    **({"slurm_partition": CLUSTER["partition"]} if CLUSTER.get("partition") else {}),
+}
+
+
+# Aggregation and reports are cheap: they run where Snakemake runs, never as cluster jobs.
+localrules:
+    all,
+    layout,
+    runs_table,
+    findings,
+    final,
+    compare,
+
 
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)) or "NONE",
@@ -38,11 +61,13 @@ wildcard_constraints:
 
 def all_cores(wildcards):
     """Every measurement takes the whole machine. A function, so that commands which run no job
-    (--report, --lint, --unlock) need no --cores: there the count is unknown and irrelevant."""
+    (--report, --lint, --unlock) need no --cores. Where the count is unknown (a cluster executor
+    submitting jobs) it is the profile's threads: the CPUs a measurement uses, which the job
+    requests and then, inside its allocation, finds as its cores."""
     try:
         return workflow.cores
     except WorkflowError:
-        return 1
+        return int(config["profiles"][config["profile"]].get("threads") or 1)
 
 
 def synthetic_f16_input(wildcards):

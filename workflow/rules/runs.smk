@@ -31,5 +31,7 @@ for _round in range(1, MAX_REPEATS + 1):
             "../../envs/pipeline.yaml"
         priority: MAX_REPEATS - _round + 1
         threads: all_cores
+        resources:
+            **MEASUREMENT_RESOURCES,
         script:
             "../scripts/harness_run.py"

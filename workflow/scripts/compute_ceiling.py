@@ -12,12 +12,15 @@ from pathlib import Path
 from harness import pagecache
 from harness.ceilings import llama_bench
 from harness.config import cpu_quota_of, profile_limits
+from harness.staging import staged_model
 from harness.util import atomic_write_json
 
 cfg = snakemake.params.config
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
 threads = cfg["profiles"][cfg["profile"]]["threads"]
 quota = cpu_quota_of(snakemake.input.quota)
+dense = staged_model(snakemake.input.dense, snakemake.config)
+moe = staged_model(snakemake.input.moe, snakemake.config)
 
 
 def bench(model, limits, extra=()):
@@ -25,17 +28,17 @@ def bench(model, limits, extra=()):
                        limits, manifest["lib_dir"], sys.stderr, extra)
 
 
-limits = profile_limits(cfg, snakemake.input.dense, cpu_quota=quota)
+limits = profile_limits(cfg, dense, cpu_quota=quota)
 # dense model: cold (evicted), then warm straight after, as the study did
-pagecache.cold_start(snakemake.input.dense)
-dense_cold = bench(snakemake.input.dense, limits)
-dense_warm = bench(snakemake.input.dense, limits)
+pagecache.cold_start(dense)
+dense_cold = bench(dense, limits)
+dense_warm = bench(dense, limits)
 # the MoE model's own compute ceiling: no RAM budget, fully cached. --repack 0 is the harness's
 # own kernels (it loads with use_extra_bufts off); the default repack is shown beside it.
-moe_limits = profile_limits(cfg, snakemake.input.moe, ram=False, cpu_quota=quota)
-pagecache.warm(snakemake.input.moe)
-moe_warm = bench(snakemake.input.moe, moe_limits, ("--repack", "0"))
-moe_warm_repack = bench(snakemake.input.moe, moe_limits)
+moe_limits = profile_limits(cfg, moe, ram=False, cpu_quota=quota)
+pagecache.warm(moe)
+moe_warm = bench(moe, moe_limits, ("--repack", "0"))
+moe_warm_repack = bench(moe, moe_limits)
 atomic_write_json(snakemake.output[0], {
     "dense_model": snakemake.params.dense_model, "moe_model": snakemake.params.moe_model,
     "cpu_quota": quota,

@@ -13,24 +13,26 @@ from harness import pagecache
 from harness.calibrate import calibrate
 from harness.ceilings import llama_bench
 from harness.config import profile_limits
+from harness.staging import staged_model
 from harness.supervise import utcnow
 from harness.util import atomic_write_json
 
 cfg = snakemake.params.config
 prof = cfg["profiles"][cfg["profile"]]
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
+dense = staged_model(snakemake.input.dense, snakemake.config)
 out = {"profile": cfg["profile"], "start_utc": utcnow(), "dense_model": snakemake.params.dense_model}
 if prof.get("cpu_quota") is not None:
     out.update(cpu_quota=prof["cpu_quota"], how="fixed by the profile")
 elif prof.get("compute_target_tok_s") is None:
     out.update(cpu_quota=None, how="no CPU limit in the profile")
 else:
-    pagecache.warm(snakemake.input.dense)
+    pagecache.warm(dense)
 
     def measure(quota):
-        rec = llama_bench(manifest["llama_bench"], snakemake.input.dense, prof["threads"],
+        rec = llama_bench(manifest["llama_bench"], dense, prof["threads"],
                           snakemake.params.tokens, "mmap",
-                          profile_limits(cfg, snakemake.input.dense, cpu_quota=quota),
+                          profile_limits(cfg, dense, cpu_quota=quota),
                           manifest["lib_dir"], sys.stderr)
         return rec["tok_per_s"]
 

@@ -11,13 +11,15 @@ from pathlib import Path
 
 from harness import supervise
 from harness.config import cpu_quota_of, profile_limits
+from harness.staging import staged_info
 
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
-info = json.loads(Path(snakemake.input.info).read_text())
+# on a cluster, the copy on the node's own disk (cluster.local_dir) is what is measured
+info = staged_info(json.loads(Path(snakemake.input.info).read_text()), snakemake.config)
 spec = dict(snakemake.params.spec, repeat=snakemake.params.repeat,
             profile=snakemake.params.config["profile"])
 supervise.run(spec, Path(snakemake.output.record).parent, lib_dir=manifest["lib_dir"], build=manifest,
               model_info=info, layout_path=snakemake.input.layout,
-              limits=profile_limits(snakemake.params.config, snakemake.input.model,
+              limits=profile_limits(snakemake.params.config, info["path"],
                                    cpu_quota=cpu_quota_of(snakemake.input.quota)),
               time_limit_s=spec["time_limit_s"])

@@ -12,9 +12,11 @@ import pandas as pd
 
 from harness.ceilings import io_ceiling
 from harness.config import cpu_quota_of, profile_limits
+from harness.staging import local_dir
 from harness.util import atomic_path
 
-models_dir = Path(snakemake.input.models[0]).parent
+# the disk the models are measured from: the node-local one on a cluster (cluster.local_dir)
+models_dir = Path(local_dir(snakemake.config) or Path(snakemake.input.models[0]).parent)
 limits = profile_limits(snakemake.params.config, str(models_dir),
                         cpu_quota=cpu_quota_of(snakemake.input.quota))
 rows = io_ceiling(models_dir, snakemake.params.samples, limits)

@@ -1,0 +1,105 @@
+"""The study through Snakemake's SLURM executor on a real one-node cluster (tests/slurm_cluster.py).
+
+The `.test` configuration runs through profiles/slurm with the cluster section a user would write
+(the node to measure on, a node-local directory for the models). Checked: every run the
+configuration expands to has its record, each record names the SLURM job it ran in (a job sacct
+knows, on the configured node, in the cluster's partition) and the staged model it measured, the
+measurement jobs were exclusive, and the cluster's tree joins a machine comparison beside the
+committed reference. Without the Debian packages this fails, naming them: CI installs them.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from harness.config import check
+from tests.slurm_cluster import PARTITION, Cluster
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = "reference/vm-2026-12-03b/results"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with Cluster(tmp_path_factory.mktemp("slurm")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def cluster_run(cluster, tmp_path_factory):
+    wd = tmp_path_factory.mktemp("slurm-run")
+    shutil.copytree(ROOT / ".test" / "config", wd / "config")
+    cfg_path = wd / "config" / "experiments.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text())
+    local = wd.parent / (wd.name + "-node-local")
+    cfg["cluster"] = {"node": cluster.node, "local_dir": str(local)}
+    cfg["compare"] = {"slurm-node": "results", "vm-2026-12-03b": str(ROOT / REFERENCE)}
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    bin_dir = Path(sys.executable).parent
+    env = dict(cluster.env(), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
+    cmd = [str(bin_dir / "snakemake"), "--profile", "profiles/slurm", "--directory", str(wd),
+           # a test cluster answers at once; a real one is polled from 40 s on
+           "--slurm-init-seconds-before-status-checks", "2", "results/final", "results/compare"]
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert res.returncode == 0, (res.stdout[-3000:] + res.stderr[-6000:]
+                                 + "\nslurmctld:\n" + cluster.log_tail("slurmctld"))
+    return wd, cfg, local, res.stdout + res.stderr
+
+
+def test_every_run_has_a_record_naming_its_slurm_job(cluster, cluster_run):
+    wd, cfg, local, _ = cluster_run
+    expected = {(r.run_id, k) for r in check(cfg) for k in range(1, r.repeats + 1)}
+    runs = pd.read_csv(wd / "results/final/runs.csv")
+    assert set(zip(runs.run_id, runs.repeat)) == expected
+    jobs = {}
+    for run_id, k in expected:
+        rec = json.loads((wd / f"results/runs/{run_id}/rep{k}/run.json").read_text())
+        m = rec["machine"]
+        assert m["slurm_node"] == cluster.node and m["slurm_partition"] == PARTITION, m
+        assert m["slurm_job_id"] and m["slurm_job_id"] not in jobs.values(), m
+        jobs[(run_id, k)] = m["slurm_job_id"]
+        # measured from the node-local copy, which is the same file as the shared one
+        assert Path(rec["model"]["path"]).parent == local, rec["model"]
+        assert rec["model"]["staged_from"] == str(wd / "results/models" / Path(rec["model"]["path"]).name)
+        assert rec["model_unchanged"]
+    # sacct knows each of those jobs, ran it on the configured node, and it had the node to itself
+    out = cluster.run("sacct", "-X", "-n", "-P", "-o", "JobID,NodeList,State,Partition",
+                      "-j", ",".join(sorted(set(jobs.values()))))
+    rows = [line.split("|") for line in out.splitlines() if line]
+    assert {r[0] for r in rows} == set(jobs.values())
+    assert all(r[1] == cluster.node and r[2] == "COMPLETED" and r[3] == PARTITION for r in rows)
+    shared = cluster.run("scontrol", "-o", "show", "job", next(iter(jobs.values())), check=False)
+    if shared:  # still in slurmctld's memory (MinJobAge): the job was exclusive
+        assert "OverSubscribe=NO" in shared, shared
+
+
+def test_cluster_tree_compares_beside_another_machine(cluster_run):
+    wd, _, _, _ = cluster_run
+    text = (wd / "results/compare/COMPARE.md").read_text()
+    assert "slurm-node" in text and "vm-2026-12-03b" in text
+    machines = pd.read_csv(wd / "results/compare/machines.csv").set_index("fact")
+    assert list(machines.columns) == ["slurm-node", "vm-2026-12-03b"]
+    assert machines.loc["slurm_partition", "slurm-node"] == PARTITION
+    links = re.findall(r"\]\(([^)]+run\.json)\)", text)
+    assert any("slurm-run" in str((wd / "results/compare" / u).resolve()) for u in links)
+    for link in links:
+        assert (wd / "results/compare" / link).resolve().exists(), link
+
+
+def test_cheap_rules_ran_locally_and_measurements_as_jobs(cluster_run):
+    _, _, _, log = cluster_run
+    # "Job 4 has been submitted with SLURM jobid 1 (log: .../slurm_logs/rule_build_llama/1.log)"
+    submitted = set(re.findall(r"has been submitted with SLURM jobid \d+ \(log: \S*/rule_(\w+)/", log))
+    local = set(re.findall(r"^localrule (\w+):", log, re.M))
+    assert {"build_llama", "cpu_quota", "io_ceiling", "compute_ceiling", "stock_baseline",
+            "harness_run_rep1", "harness_run_rep2"} <= submitted, submitted
+    assert {"runs_table", "findings", "final", "compare", "layout"} <= local, local
+    assert not local & submitted
