@@ -1,18 +1,25 @@
-"""Benchmark (not a test): routing statistics of a synthetic OLMoE-like model (4 layers, 512 dims,
-64 experts, top-8) for given weight scales, after a 64-token greedy decode with mechanism `none`.
-This is how harness.models.MATRIX_SCALE / ROUTER_SCALE were chosen.
+"""Benchmark (not a test): routing statistics of a synthetic OLMoE-like model after a 64-token
+greedy decode with mechanism `none`: how many experts take 80% of a layer's routings, distinct
+experts per layer, and the share of routed experts that tokens 1 and 8 apart have in common.
+This is how the generator's knobs in harness.models were chosen. Shapes: default a 4-layer
+512-dim 64-expert model (~15 s); --deep the full shape's 16 layers and 2048-dim attention with
+8x narrower experts (~50 s); --full the pipeline's full-size shape (a 4.2 GB file, ~6 min).
 
-    python benchmarks/routing_calibration.py MATRIX_SCALE ROUTER_SCALE
+    python benchmarks/routing_calibration.py [MATRIX ROUTER [EMBED_SHARED RECENCY QK_NORM_GAIN [RECENCY_PAIRS]]] [--deep|--full]
 
-Measured here (study: 80% coverage 20-33 of 64, 44-59 distinct, 35.7% shared at d=1, 20.8% at d=8):
-    0.5 2.0  -> 80%: 15  distinct: 36  d1: 0.83  d8: 0.59  (greedy decode loops on one token)
-    1.5 2.0  -> 80%: 16  distinct: 44  d1: 0.55  d8: 0.53
-    2.0 2.0  -> 80%: 21  distinct: 52  d1: 0.38  d8: 0.35
-    3.0 2.0  -> 80%: 32  distinct: 62  d1: 0.26  d8: 0.24
-    1.5 4.0  -> 80%: 26  distinct: 60  d1: 0.30  d8: 0.27   (chosen)
-    1.5 8.0  -> 80%: 32  distinct: 62  d1: 0.25  d8: 0.23
+Study (OLMoE-1B-7B): 80% of routings on 20-33 of 64, 44-59 distinct, 35.7% shared at d=1, 20.8% at
+d=8. Measured here 2026-12-03 (80% / distinct / d1 / d8; all outputs in
+benchmarks/results/routing_calibration-2026-12-03.txt):
+    scales only (1.5 4.0), 4-layer:       28 / 59   / 0.288 / 0.257
+    scales only, --deep:                  25 / 54   / 0.328 / 0.313
+    scales only, --full:                  25.5 / 54.5 / 0.301 / 0.281
+    0.5 2.5 2.0 32, 4-layer:              27 / 57   / 0.357 / 0.242
+    0.5 2.5 2.0 32, --full:               29 / 59   / 0.279 / 0.230
+    0.3 6.0 1.5 64, --deep:               29.5 / 60 / 0.295 / 0.229
+    0.3 6.0 1.5 64, --full (chosen):      29 / 59   / 0.306 / 0.225
 """
 
+import dataclasses
 import json
 import logging
 import os
@@ -34,13 +41,31 @@ from harness.util import atomic_write_json
 
 def main():
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
-    models.MATRIX_SCALE, models.ROUTER_SCALE = float(sys.argv[1]), float(sys.argv[2])
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if args:
+        models.MATRIX_SCALE, models.ROUTER_SCALE = float(args[0]), float(args[1])
+    if len(args) > 2:
+        models.EMBED_SHARED, models.RECENCY = float(args[2]), float(args[3])
+        models.QK_NORM_GAIN = float(args[4])
+    if len(args) > 5:
+        models.RECENCY_PAIRS = int(args[5])
     man = json.loads((ROOT / "results/build/llama.json").read_text())
-    shape = models.Shape("olmoe", "calibration", n_layer=4, n_embd=512, n_ff=256, n_head=4, n_head_kv=4,
-                    n_vocab=50304, vocab_file="models/ggml-vocab-gpt-neox.gguf", context_length=4096,
-                    rms_eps=1e-5, rope_freq_base=10000.0, n_expert=64, n_expert_used=8)
-    models.SHAPES["calibration"] = shape
-    d = Path(tempfile.mkdtemp())
+    if "--full" in sys.argv:  # the pipeline's own full-size shape (a 4.2 GB file, minutes)
+        shape = models.SHAPES["olmoe-1b-7b"]
+    elif "--deep" in sys.argv:  # the full shape's depth and attention, experts 8x narrower
+        shape = dataclasses.replace(models.SHAPES["olmoe-1b-7b"], name="calibration-deep", n_ff=128)
+        models.SHAPES["calibration-deep"] = shape
+    else:
+        shape = models.Shape("olmoe", "calibration", n_layer=4, n_embd=512, n_ff=256, n_head=4,
+                             n_head_kv=4, n_vocab=50304, vocab_file="models/ggml-vocab-gpt-neox.gguf",
+                             context_length=4096, rms_eps=1e-5, rope_freq_base=10000.0, n_expert=64,
+                             n_expert_used=8)
+        models.SHAPES["calibration"] = shape
+    with tempfile.TemporaryDirectory() as tmp:
+        measure(man, shape, Path(tmp))
+
+
+def measure(man: dict, shape, d: Path) -> None:
     f16, q = d / "f16.gguf", d / "q4.gguf"
     models.write_f16(shape, 1, Path(man["source_tree"]) / shape.vocab_file, f16)
     models.quantize(man, f16, q, "Q4_K_M", 2, log_file=subprocess.DEVNULL)
@@ -55,7 +80,7 @@ def main():
                    stderr=subprocess.DEVNULL, check=True)
     ex = pd.read_csv(d / "run/experts.csv.part")
     sk, loc = analysis.skew(ex), analysis.locality(ex)
-    print(json.dumps({"matrix_scale": models.MATRIX_SCALE, "router_scale": models.ROUTER_SCALE,
+    print(json.dumps({"recipe": models.weight_recipe(), "shape": shape.name,
                       "experts_for_80pct_median": float(sk.experts_for_80pct.median()),
                       "distinct_median": float(sk.distinct_experts.median()),
                       "shared_d1": float(loc.shared_fraction.iloc[0]),

@@ -101,3 +101,42 @@ def test_f16_leaves_expert_tensors_as_sparse_holes(manifest, tmp_path):
     expert_bytes = sum(int(t.n_bytes) for t in experts)
     assert all(not t.data.any() for t in experts)
     assert f16.stat().st_blocks * 512 < f16.stat().st_size - 0.9 * expert_bytes
+
+
+def _f16_tensors(manifest, tmp_path, name="f16.gguf"):
+    shape = SHAPES["olmoe-tiny"]
+    f16 = tmp_path / name
+    models.write_f16(shape, 3, Path(manifest["source_tree"]) / shape.vocab_file, f16)
+    return {t.name: np.array(t.data, dtype=np.float32) for t in gguf.GGUFReader(f16).tensors}
+
+
+def test_recency_knobs_are_in_the_weights_and_off_when_zero(manifest, tmp_path, monkeypatch):
+    """Token embeddings share one direction (pairwise cosine ~ EMBED_SHARED^2), the routers are
+    blind to it, Q and K both map it onto the same RoPE dims, and the q/k norms carry the gain;
+    with EMBED_SHARED 0 none of it is there."""
+    shape = SHAPES["olmoe-tiny"]
+    on = _f16_tensors(manifest, tmp_path, "on.gguf")
+    emb = on["token_embd.weight"][:2000]
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    shared = unit.mean(axis=0)
+    shared /= np.linalg.norm(shared)
+    cos = unit @ unit.T
+    mean_cos = (cos.sum() - len(cos)) / (len(cos) * (len(cos) - 1))
+    assert abs(mean_cos - models.EMBED_SHARED ** 2) < 0.02, mean_cos
+    router = on["blk.0.ffn_gate_inp.weight"]
+    assert np.abs(router @ shared).max() < 0.05 * np.abs(router).sum(axis=1).max()
+    q, k = on["blk.0.attn_q.weight"] @ shared, on["blk.0.attn_k.weight"] @ shared
+    assert q @ k / np.linalg.norm(q) / np.linalg.norm(k) > 0.8  # q.k of the shared part is > 0
+    assert np.allclose(on["blk.0.attn_q_norm.weight"], models.QK_NORM_GAIN)
+    assert shape.n_head_kv == shape.n_head
+
+    monkeypatch.setattr(models, "EMBED_SHARED", 0.0)
+    monkeypatch.setattr(models, "QK_NORM_GAIN", 1.0)
+    off = _f16_tensors(manifest, tmp_path, "off.gguf")
+    unit = off["token_embd.weight"][:2000]
+    unit = unit / np.linalg.norm(unit, axis=1, keepdims=True)
+    cos = unit @ unit.T
+    assert abs((cos.sum() - len(cos)) / (len(cos) * (len(cos) - 1))) < 0.01
+    q, k = off["blk.0.attn_q.weight"] @ shared, off["blk.0.attn_k.weight"] @ shared
+    assert abs(q @ k / np.linalg.norm(q) / np.linalg.norm(k)) < 0.5
+    assert np.allclose(off["blk.0.attn_q_norm.weight"], 1.0)
