@@ -89,7 +89,8 @@ def io_ceiling(scratch_dir: Path, samples_mib: list[int], limits: Limits) -> lis
                 raise RuntimeError(f"O_DIRECT read sample {i} failed (exit {rc})")
             mbps = json.loads(res_path.read_text())["mb_per_s"]
             res_path.unlink()
-            rows.append({"sample": i, "offset_bytes": offset, "bytes": mib << 20, "mb_per_s": mbps,
+            rows.append({"sample": i, "directory": str(scratch_dir), "offset_bytes": offset,
+                         "bytes": mib << 20, "mb_per_s": mbps,
                          "start_utc": start, "end_utc": utcnow(),
                          "read_bps_limit": in_force.get("read_bps"), "cgroup": in_force.get("cgroup")})
             log.info(f"io ceiling sample {i}: {mib} MiB at offset {offset}: {mbps:.1f} MB/s")

@@ -211,6 +211,14 @@ class Cluster:
 
     # -- tear down -----------------------------------------------------------------------------
     def down(self) -> None:
+        # a second Ctrl-C or SIGTERM during teardown must not leave daemons or the symlink behind
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            self._down()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def _down(self) -> None:
         if self.procs:
             try:  # jobs still queued or running would outlive their daemons
                 self.run("scancel", "--full", "-u", getpass.getuser(), check=False, timeout=10)

@@ -21,7 +21,8 @@ cfg = snakemake.params.config
 prof = cfg["profiles"][cfg["profile"]]
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
 dense = staged_model(snakemake.input.dense, snakemake.config)
-out = {"profile": cfg["profile"], "start_utc": utcnow(), "dense_model": snakemake.params.dense_model}
+out = {"profile": cfg["profile"], "start_utc": utcnow(), "dense_model": snakemake.params.dense_model,
+       "measured_from": dense}
 if prof.get("cpu_quota") is not None:
     out.update(cpu_quota=prof["cpu_quota"], how="fixed by the profile")
 elif prof.get("compute_target_tok_s") is None:
