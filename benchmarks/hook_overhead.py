@@ -7,6 +7,11 @@ beside llama-bench --repack 0 (the same kernels), interleaved, several rounds. R
 measurement, the hook's cost per token in milliseconds (on - off), median and range over the
 rounds, the on/off and on/llama-bench ratios, and the hook time the runs themselves recorded.
 
+Process-to-process noise on a shared VM is several percent, more than the cost being measured, so
+each round also runs the in-process A/B: one worker whose hook is switched off for every other
+token (WorkerParams.hook_ab), on/off = mean wall of its off tokens / mean wall of its on tokens.
+Adjacent tokens share the process, its mapping and the machine's moment.
+
     python benchmarks/hook_overhead.py results/models/olmoe-q4.gguf [rounds] [tokens] [--quota]
 
 rounds defaults to 6 and tokens to 64: a cached token is ~35 ms here, so 16 tokens is half a
@@ -25,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd
 
-from harness import pagecache, supervise
+from harness import build, pagecache, supervise
 from harness.ceilings import llama_bench
 from harness.config import adhoc_spec, cpu_quota_of
 from harness.limits import Limits
@@ -33,15 +38,33 @@ from harness.limits import Limits
 MODES = ("off", "native", "python")
 
 
-def harness_tok_s(model, info, layout, manifest, mode, tokens, k, limits) -> tuple[float, float]:
-    """tok/s of the generated tokens, and the hook time the run recorded per token (ms)."""
+def generated_rows(model, info, layout, manifest, mode, tokens, k, limits, ab=False) -> pd.DataFrame:
+    """tokens.csv's generated rows of one worker run of demand paging, fully cached."""
     spec = adhoc_spec(f"hook-{mode}", info["name"], "none", entry="bench", log_experts=False,
-                      tokens=tokens, time_limit_s=3600, repeat=k, warm=True, hook=mode)
+                      tokens=tokens, time_limit_s=3600, repeat=k, warm=True, hook=mode, hook_ab=ab)
     with tempfile.TemporaryDirectory() as d:
-        supervise.run(spec, Path(d) / "run", lib_dir=manifest["lib_dir"], build=manifest,
-                      model_info=info, layout_path=layout, limits=limits, time_limit_s=3600)
-        gen = pd.read_csv(Path(d) / "run" / "tokens.csv").query("phase == 'gen'")
+        rec = supervise.run(spec, Path(d) / "run", lib_dir=manifest["lib_dir"], build=manifest,
+                            model_info=info, layout_path=layout, limits=limits, time_limit_s=3600)
+        if rec["status"] != "ok":
+            raise SystemExit(f"hook-{mode} run failed: {rec.get('error')}")
+        return pd.read_csv(Path(d) / "run" / "tokens.csv").query("phase == 'gen'")
+
+
+def harness_tok_s(gen: pd.DataFrame) -> tuple[float, float]:
+    """tok/s of the generated tokens, and the hook time the run recorded per token (ms)."""
     return len(gen) / gen.wall_s.sum(), 1000 * float(gen.hook_s.median())
+
+
+def ab_ratio(gen: pd.DataFrame) -> tuple[float, float]:
+    """An A/B run's on/off tok/s ratio and the hook's cost per token (ms), over its token pairs."""
+    on, off = gen[gen.hook_on == 1].wall_s, gen[gen.hook_on == 0].wall_s
+    if len(on) < 2 or abs(len(on) - len(off)) > 1:
+        raise SystemExit(f"A/B run: {len(on)} tokens with the hook on, {len(off)} off")
+    return off.mean() / on.mean(), 1000 * (on.mean() - off.mean())
+
+
+def spread(values) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def main():
@@ -53,22 +76,32 @@ def main():
     quota = cpu_quota_of(str(ROOT / "results/ceilings/cpu_quota.json")) if "--quota" in sys.argv else None
     limits = Limits(cpu_quota=quota, device_path=str(model))
     manifest = json.loads((ROOT / "results/build/llama.json").read_text())
+    # the hook of this checkout, not the one the last pipeline build recorded
+    manifest["hook_lib"] = str(build.build_hook(Path(manifest["lib_dir"]).parents[2]))
     info = json.loads(model.with_suffix(".json").read_text())
     layout = str(model.with_name(model.stem + ".layout.json"))
     pagecache.warm(model)
     samples = {m: [] for m in (*MODES, "llama-bench --repack 0")}
     recorded = {m: [] for m in MODES}  # the hook time each run wrote into tokens.csv (ms/token)
+    ab = {m: {"ratio": [], "cost_ms": []} for m in MODES[1:]}  # in-process A/B, per round
     for k in range(1, rounds + 1):
         # the order rotates each round, so a drift of the shared machine does not favour one mode
         for mode in MODES[k % 3:] + MODES[:k % 3]:
-            tok_s, hook_ms = harness_tok_s(model, info, layout, manifest, mode, tokens, k, limits)
+            tok_s, hook_ms = harness_tok_s(generated_rows(model, info, layout, manifest, mode,
+                                                          tokens, k, limits))
             samples[mode].append(tok_s)
             recorded[mode].append(hook_ms)
+        for mode in ab:
+            ratio, cost = ab_ratio(generated_rows(model, info, layout, manifest, mode, 2 * tokens,
+                                                  k, limits, ab=True))
+            ab[mode]["ratio"].append(ratio)
+            ab[mode]["cost_ms"].append(cost)
         with tempfile.TemporaryDirectory() as d, open(Path(d) / "bench.log", "w") as logf:
             b = llama_bench(manifest["llama_bench"], str(model), 2, tokens, "mmap", limits,
                             manifest["lib_dir"], logf, ("--repack", "0"))
         samples["llama-bench --repack 0"].append(b["tok_per_s"])
-        print(json.dumps({"round": k, **{m: s[-1] for m, s in samples.items()}}), flush=True)
+        print(json.dumps({"round": k, **{m: s[-1] for m, s in samples.items()},
+                          **{f"{m} A/B on/off": v["ratio"][-1] for m, v in ab.items()}}), flush=True)
     off = samples["off"]
     summary = {"model": str(model), "tokens": tokens, "rounds": rounds, "cpu_quota": quota}
     for mode in ("native", "python"):
@@ -82,6 +115,9 @@ def main():
         bench = samples["llama-bench --repack 0"]
         summary[mode]["on_over_llama_bench_median"] = statistics.median(
             on / b for on, b in zip(samples[mode], bench, strict=True))
+    summary["in_process_ab"] = {m: {"on_over_off": spread(v["ratio"]),
+                                    "cost_ms_per_token": spread(v["cost_ms"])}
+                                for m, v in ab.items()}
     summary["tok_per_s_median"] = {m: statistics.median(s) for m, s in samples.items()}
     print(json.dumps(summary, indent=2))
 

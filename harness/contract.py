@@ -50,6 +50,9 @@ class WorkerParams:
     # for measuring the hook's cost; no routing is observed)
     hook: str = "native"
     hook_lib: str | None = None  # the built hook.c (the build manifest's hook_lib)
+    # switch the hook off for every other generated token (tokens.csv hook_on): what the hook
+    # costs, measured within one process; such a run's routing records have gaps
+    hook_ab: bool = False
 
     def write(self, path: Path) -> None:
         Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=2))

@@ -4,13 +4,18 @@
  * per token) and splits the graph wherever the answer is yes. This file answers the asks, and on
  * each computed `ffn_moe_topk-<layer>` does everything the records need without Python: it checks
  * the tensor against the layout (int32 ids, contiguous rows of n_expert_used, ids in range), copies
- * the ids into a per-decode buffer, collects the layer's unique experts, and measures with mincore
- * the routed slabs' bytes not resident before and after the mechanism acted. Python is called only
+ * the ids into a per-decode buffer, collects the layer's unique experts, and measures the routed
+ * slabs' bytes not resident before and after the mechanism acted. A token routes 384 slabs and a
+ * syscall costs about a microsecond on a VM, so the calls are most of what the hook costs: when
+ * the weights are a shared mapping of the model file, one cachestat(2) over the span of the
+ * layer's routed slabs answers "all cached" for the whole layer, and only otherwise does each slab
+ * get its own call (cachestat on the file, or mincore(2) on a private mapping). Python is called only
  * for a mechanism's own per-layer work (`route`, NULL for demand paging) and for the one node a
  * mechanism observes (`observe`). The worker reads the buffers after each llama_decode.
  * Built by harness.build beside the patched llama.cpp, cached by its sha256; the ggml_tensor field
  * offsets are passed at run time, so no ggml header is needed.
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,9 +23,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 
 #define MOE_MAX_SLABS 4 /* tensors per expert (gate, up, down; room for one more) */
+#ifndef SYS_cachestat
+#define SYS_cachestat 451 /* Linux 6.5; the same number on every architecture */
+#endif
+
+struct moe_cachestat_range { uint64_t off, len; };
+struct moe_cachestat { uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted; };
 
 typedef bool (*moe_observe_fn)(void *tensor, bool ask, void *user_data);
 typedef bool (*moe_route_fn)(int32_t layer, const int32_t *experts, int32_t n_experts);
@@ -41,7 +54,11 @@ struct moe_hook {
     unsigned char *vec;          /* mincore scratch of vec_len pages */
     size_t vec_len;
     size_t page;
+    int32_t cache_fd;            /* >= 0: the weights are a shared mapping of this file, whose page
+                                  * cache cachestat reads; -1: mincore (set here if the kernel has no
+                                  * cachestat) */
     /* set by the worker before each decode */
+    int32_t enabled;             /* 0: answer every ask "no" (the bare decode, for an A/B) */
     int32_t token0, batch_n;
     int32_t *rows;               /* [rows_cap][4]: token, layer, rank, expert */
     int32_t rows_cap;
@@ -56,6 +73,7 @@ struct moe_hook {
     /* totals */
     unsigned long long asked;    /* nodes the scheduler asked about */
     unsigned long long passed;   /* nodes handed to Python */
+    unsigned long long residency_calls; /* cachestat/mincore syscalls made */
     char error[256];             /* set when the hook stops a decode */
 };
 
@@ -76,41 +94,107 @@ static int which_prefix(const struct moe_hook *h, const char *name) {
 
 #define FIELD(t, off, type) (*(type *)((char *)(t) + (off)))
 
-/* Bytes of [off, off + len) of the file whose pages are not resident; -1 if mincore failed. */
-static int64_t missing_bytes(struct moe_hook *h, uint64_t off, uint64_t len) {
-    uintptr_t start = (h->base + off) & ~(uintptr_t)(h->page - 1);
-    uintptr_t end = (h->base + off + len + h->page - 1) & ~(uintptr_t)(h->page - 1);
-    size_t pages = (end - start) / h->page;
-    if (pages > h->vec_len || mincore((void *)start, end - start, h->vec) != 0) {
-        return -1;
+/* Pages of the whole pages [first, first + pages) of the file not in its page cache, by
+ * cachestat; -1 if it failed, -2 if this kernel has no cachestat (or a sandbox refuses it). */
+static int64_t uncached_pages(struct moe_hook *h, uint64_t first, uint64_t pages) {
+    struct moe_cachestat_range r = {first * h->page, pages * h->page};
+    struct moe_cachestat cs;
+    if (syscall(SYS_cachestat, h->cache_fd, &r, &cs, 0) != 0) {
+        return (errno == ENOSYS || errno == EPERM) ? -2 : -1;
     }
-    uint64_t absent = 0;
-    for (size_t i = 0; i < pages; i++) {
-        absent += !(h->vec[i] & 1);
-    }
-    absent *= h->page;
-    return (int64_t)(absent < len ? absent : len);
+    return (int64_t)(pages - (cs.nr_cache < pages ? cs.nr_cache : pages));
 }
 
-/* Missing bytes of every slab of the layer's unique experts, added to *acc; false on error. */
+/* Pages of the whole pages [first, first + pages) of the file not resident in the mapping, by
+ * mincore; -1 if it failed. */
+static int64_t unmapped_pages(struct moe_hook *h, uint64_t first, uint64_t pages) {
+    if (pages > h->vec_len) {
+        errno = ERANGE;
+        return -1;
+    }
+    if (mincore((void *)(h->base + first * h->page), pages * h->page, h->vec) != 0) {
+        return -1;
+    }
+    uint64_t resident = 0;
+    size_t i = 0;
+    for (; i + 8 <= pages; i += 8) { /* bit 0 of each byte; eight bytes summed by one multiply */
+        uint64_t w;
+        memcpy(&w, h->vec + i, 8);
+        resident += ((w & 0x0101010101010101ull) * 0x0101010101010101ull) >> 56;
+    }
+    for (; i < pages; i++) {
+        resident += h->vec[i] & 1;
+    }
+    return (int64_t)(pages - resident);
+}
+
+/* Pages of the file range [off, off + len), rounded out to whole pages, not resident. */
+static int64_t absent_pages(struct moe_hook *h, uint64_t off, uint64_t len) {
+    uint64_t first = off / h->page, last = (off + len + h->page - 1) / h->page;
+    h->residency_calls++;
+    if (h->cache_fd >= 0) {
+        int64_t n = uncached_pages(h, first, last - first);
+        if (n != -2) {
+            return n;
+        }
+        h->cache_fd = -1; /* no cachestat here: mincore from now on */
+    }
+    return unmapped_pages(h, first, last - first);
+}
+
+/* True if one cachestat call finds every page from the layer's first routed slab to its last
+ * cached: then no routed slab misses a byte. Only where that span is about the size of the
+ * layer's expert tensors (side by side in a GGUF), so the call never walks much else of the file. */
+static bool layer_span_cached(struct moe_hook *h, int32_t layer, const int32_t *experts, int32_t n) {
+    size_t row = (size_t)layer * h->n_expert;
+    uint64_t lo = UINT64_MAX, hi = 0, tensors = 0;
+    for (int k = 0; k < MOE_MAX_SLABS; k++) {
+        tensors += h->slab_len[row * MOE_MAX_SLABS + k] * (uint64_t)h->n_expert;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        for (int k = 0; k < MOE_MAX_SLABS; k++) {
+            size_t at = (row + experts[i]) * MOE_MAX_SLABS + k;
+            if (h->slab_len[at]) {
+                lo = h->slab_off[at] < lo ? h->slab_off[at] : lo;
+                hi = h->slab_off[at] + h->slab_len[at] > hi ? h->slab_off[at] + h->slab_len[at] : hi;
+            }
+        }
+    }
+    return hi > lo && hi - lo <= tensors + tensors / 4 && absent_pages(h, lo, hi - lo) == 0;
+}
+
+/* Missing bytes of every slab of the layer's unique experts, added to *acc: each slab's pages
+ * not resident, at most its length; false on error. */
 static bool add_missing(struct moe_hook *h, int32_t layer, const int32_t *experts, int32_t n,
                         uint64_t *acc) {
+    if (h->cache_fd >= 0 && n > 1 && layer_span_cached(h, layer, experts, n)) {
+        return true; /* the common case once the working set fits: one call, not one per slab */
+    }
     for (int32_t i = 0; i < n; i++) {
         size_t at = ((size_t)layer * h->n_expert + experts[i]) * MOE_MAX_SLABS;
         for (int k = 0; k < MOE_MAX_SLABS; k++) {
             if (h->slab_len[at + k] == 0) {
                 continue;
             }
-            int64_t m = missing_bytes(h, h->slab_off[at + k], h->slab_len[at + k]);
-            if (m < 0) {
-                snprintf(h->error, sizeof h->error, "mincore failed on layer %d expert %d", layer,
-                         experts[i]);
+            int64_t pages = absent_pages(h, h->slab_off[at + k], h->slab_len[at + k]);
+            if (pages < 0) {
+                snprintf(h->error, sizeof h->error, "%s failed on layer %d expert %d: %s",
+                         h->cache_fd >= 0 ? "cachestat" : "mincore", layer, experts[i],
+                         strerror(errno));
                 return false;
             }
-            *acc += (uint64_t)m;
+            uint64_t bytes = (uint64_t)pages * h->page;
+            *acc += bytes < h->slab_len[at + k] ? bytes : h->slab_len[at + k];
         }
     }
     return true;
+}
+
+/* The missing bytes of the layer's given experts as the hook measures them (tests compare the
+ * two methods with Python's mincore); -1 on error (h->error says which). */
+int64_t moe_hook_missing(struct moe_hook *h, int32_t layer, const int32_t *experts, int32_t n) {
+    uint64_t acc = 0;
+    return add_missing(h, layer, experts, n, &acc) ? (int64_t)acc : -1;
 }
 
 static bool fail(struct moe_hook *h, const char *name, const char *what, long long a, long long b) {
@@ -214,7 +298,7 @@ bool moe_hook_eval(void *tensor, bool ask, void *user_data) {
     int which = which_prefix(h, name);
     if (ask) {
         h->asked++;
-        return which >= 0;
+        return h->enabled && which >= 0;
     }
     if (which < 0) {
         return true; /* computed without being asked for: nothing to observe */

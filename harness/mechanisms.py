@@ -90,6 +90,9 @@ class Mechanism:
     needs_scratch_copy = False  # True: it writes into the mapping, so it runs on a copy of the model
     observes: bytes | None = None  # a graph-node name prefix whose output it wants (on_hidden)
     row_fields: tuple[str, ...] = ()  # columns of the per-layer rows it records (take_rows)
+    # True: the matmuls read the file's page cache through a shared mapping, so residency is the
+    # file's (cachestat); False: the weights are remapped private and residency is the mapping's
+    weights_in_page_cache = True
 
     def __init__(self, model: MappedModel, **options):
         self.model = model
@@ -304,6 +307,7 @@ class LruODirect(Mechanism):
 
     name = "lru-odirect"
     options = ("lru_budget_mb",)
+    weights_in_page_cache = False  # its copies are anonymous pages of a private mapping
 
     def __init__(self, model, lru_budget_mb: int = 0, **options):
         super().__init__(model, **options)

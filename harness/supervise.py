@@ -121,6 +121,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
             log_experts=spec["log_experts"], mechanism_options=spec.get("mechanism_options", {}),
             cgroup_io_stat=cg.io_stat_file, evict_after_load=spec.get("evict_after_load", False),
             hook=spec.get("hook", "native"), hook_lib=build.get("hook_lib"),
+            hook_ab=spec.get("hook_ab", False),
         ).write(work / "params.json")
         record.update(start_utc=utcnow(), residency_before=res_before,
                       residency_at_start=res_after_evict)

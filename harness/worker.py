@@ -30,7 +30,7 @@ TOPK_PREFIX = b"ffn_moe_topk-"
 TOKEN_FIELDS = ["index", "phase", "n_tokens", "token_id", "wall_s", "majflt", "minflt", "pread_s",
                 "madvise_s", "other_prefetch_s", "bytes_prefetched", "bytes_routed", "disk_read_bytes",
                 "cgroup_read_bytes", "rss_bytes", "t_unix", "dirtied_bytes", "cgroup_write_bytes",
-                "bytes_missing", "bytes_missing_after", "bytes_read", "hook_s"]
+                "bytes_missing", "bytes_missing_after", "bytes_read", "hook_s", "hook_on"]
 EXPERT_FIELDS = ["token", "layer", "rank", "expert"]
 
 
@@ -110,7 +110,9 @@ class NativeHook(ctypes.Structure):
                 ("slab_len", ctypes.POINTER(ctypes.c_uint64)),
                 ("base", ctypes.c_size_t), ("vec", ctypes.POINTER(ctypes.c_ubyte)),
                 ("vec_len", ctypes.c_size_t), ("page", ctypes.c_size_t),
-                ("token0", ctypes.c_int32), ("batch_n", ctypes.c_int32),
+                ("cache_fd", ctypes.c_int32),
+                ("enabled", ctypes.c_int32), ("token0", ctypes.c_int32),
+                ("batch_n", ctypes.c_int32),
                 ("rows", ctypes.POINTER(ctypes.c_int32)), ("rows_cap", ctypes.c_int32),
                 ("unique", ctypes.POINTER(ctypes.c_int32)),
                 ("unique_n", ctypes.POINTER(ctypes.c_int32)),
@@ -119,6 +121,7 @@ class NativeHook(ctypes.Structure):
                 ("missing", ctypes.c_uint64), ("missing_after", ctypes.c_uint64),
                 ("hook_ns", ctypes.c_uint64), ("python_ns", ctypes.c_uint64),
                 ("asked", ctypes.c_ulonglong), ("passed", ctypes.c_ulonglong),
+                ("residency_calls", ctypes.c_ulonglong),
                 ("error", ctypes.c_char * 256)]
 
 
@@ -163,6 +166,7 @@ class NativeRouting:
             off_name=T.name.offset, type_i32=GGML_TYPE_I32, n_layer=n_layer, n_expert=n_expert,
             n_expert_used=lay.n_expert_used, layer_is_moe=self.is_moe, slab_off=self.slab_off,
             slab_len=self.slab_len, base=mapped.base, vec=self.vec, vec_len=vec_len, page=libc.PAGE,
+            cache_fd=mapped.fd if mechanism.weights_in_page_cache else -1,
             rows=self.rows, rows_cap=n_rows_max, unique=self.unique, unique_n=self.unique_n,
             routed_layer=self.routed_layer)
         for i, prefix in enumerate((TOPK_PREFIX, mechanism.observes or b"")):
@@ -179,9 +183,9 @@ class NativeRouting:
             self.hook.error = exc
             return False
 
-    def begin(self, token0: int, batch_n: int) -> None:
+    def begin(self, token0: int, batch_n: int, enabled: bool) -> None:
         h = self.h
-        h.token0, h.batch_n = token0, batch_n
+        h.enabled, h.token0, h.batch_n = int(enabled), token0, batch_n
         h.n_rows = h.n_routed = 0
         h.missing = h.missing_after = h.hook_ns = h.python_ns = 0
         h.error = b""
@@ -223,6 +227,7 @@ class RoutingHook:
         self.sink = expert_sink
         self.token = 0  # index of the first token of the batch being decoded
         self.batch_n = 1  # tokens in that batch
+        self.enabled = True  # False: every ask is answered "no" (the bare decode, for an A/B)
         self.calls = 0
         self.layers_seen = 0
         self.routed = []  # (layer, unique experts) of the current decode
@@ -269,6 +274,8 @@ class RoutingHook:
     def __call__(self, t, ask, _user_data):
         try:
             if ask:
+                if not self.enabled:
+                    return False
                 if ctypes.string_at(t + self.NAME_OFF, 13) == TOPK_PREFIX:
                     return True
                 obs = self.mechanism.observes
@@ -453,12 +460,15 @@ class Worker:
         llama, hook, m, io_stat = self.llama, self.hook, self.mechanism, self.p.cgroup_io_stat
         n = len(batch_tokens)
         arr = (llama.llama_token * n)(*batch_tokens)
-        hook.token, hook.batch_n = pos, n
+        # with hook_ab every other generated token runs with the hook switched off, in the same
+        # process and context: the in-process A/B of what the hook costs a token
+        hook_on = self.p.hook != "off" and not (self.p.hook_ab and index >= 0 and index % 2)
+        hook.token, hook.batch_n, hook.enabled = pos, n, hook_on
         hook.routed = []
         hook.missing = hook.missing_after = 0
         hook.hook_s = 0.0
         if self.native:
-            self.native.begin(pos, n)
+            self.native.begin(pos, n, hook_on)
         m.begin_decode(pos, n)
         c0, ru0 = m.counters(), resource.getrusage(resource.RUSAGE_SELF)
         io0, cg0 = read_proc_io(), read_io_bytes(io_stat)
@@ -475,7 +485,7 @@ class Worker:
         if rc != 0:
             raise WorkerError(f"llama_decode returned {rc} at token {index}")
         lay = self.layout
-        if self.p.hook != "off" and len(hook.routed) != lay.n_layer and lay.n_layer and lay.n_expert:
+        if hook_on and len(hook.routed) != lay.n_layer and lay.n_layer and lay.n_expert:
             raise WorkerError(f"token {index}: the hook saw {len(hook.routed)} routing decisions, "
                               f"the model has {lay.n_layer} MoE layers")
         logits = np.ctypeslib.as_array(llama.llama_get_logits_ith(self.ctx, -1), shape=(self.n_vocab,))
@@ -504,7 +514,8 @@ class Worker:
             "t_unix": f"{time.time():.3f}", "dirtied_bytes": io1["write_bytes"] - io0["write_bytes"],
             "cgroup_write_bytes": since(cg0, cg1, "write"), "bytes_missing": hook.missing,
             "bytes_missing_after": hook.missing_after,
-            "bytes_read": c1["bytes_read"] - c0["bytes_read"], "hook_s": f"{hook.hook_s:.6f}"}
+            "bytes_read": c1["bytes_read"] - c0["bytes_read"], "hook_s": f"{hook.hook_s:.6f}",
+            "hook_on": int(hook_on)}
 
     def write_row(self, row: dict) -> None:
         self.tokens_part.write(",".join(str(row[f]) for f in TOKEN_FIELDS) + "\n")
@@ -547,6 +558,10 @@ class Worker:
             "mlocked_bytes": self.locked_bytes, "mlocked_tensors": self.locked_count,
             "hook": self.p.hook if self.p.hook != "native" or self.native else "python",
             "hook_nodes_asked": self.native.h.asked if self.native else None,
+            # how the C path measured residency (cachestat falls back to mincore on old kernels)
+            "hook_residency": (("cachestat" if self.native.h.cache_fd >= 0 else "mincore")
+                               if self.native else None),
+            "hook_residency_calls": self.native.h.residency_calls if self.native else None,
             "hook_nodes_passed": self.native.h.passed if self.native else None,
             "hook_calls": self.hook.calls, "bytes_routed": self.routed_total,
             "bytes_prefetched": self.prefetched_total,

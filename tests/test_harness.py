@@ -203,14 +203,14 @@ class _NativeTopk:
         self.layout = Layout(model["data"])
         start, _, offset = find_mapping(model["gguf"])  # a read-only mmap has no buffer address
         base = start - offset
-        mapped = types.SimpleNamespace(base=base, layout=self.layout)
+        mapped = types.SimpleNamespace(base=base, layout=self.layout, fd=self.file.fileno())
         mechanism = NoPrefetch.__new__(NoPrefetch)
         mechanism.model, mechanism.layout = mapped, self.layout
         hook = RoutingHook.__new__(RoutingHook)
         hook.mechanism, hook.layout, hook.log_experts, hook.calls = mechanism, self.layout, False, 0
         hook.error, hook.residency = None, Residency(mapped)
         self.native = NativeRouting(hook, manifest["hook_lib"], None, 64)
-        self.native.begin(0, batch_n)
+        self.native.begin(0, batch_n, True)
         self.tensor = hlib.GgmlTensor()
         self.tensor.name = b"ffn_moe_topk-0"
         self.eval = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_bool, ctypes.c_void_p)(
@@ -226,7 +226,7 @@ class _NativeTopk:
         t.nb[0], t.nb[1] = nb0, 4 * n_used if nb1 is None else nb1
         if name is not None:
             t.name = name
-        self.native.begin(0, self.native.h.batch_n)
+        self.native.begin(0, self.native.h.batch_n, True)
         asked = self.eval(c.addressof(t), True, self.native.user_data)
         ok = self.eval(c.addressof(t), False, self.native.user_data)
         return asked, ok, self.native.h.error.decode()
@@ -260,6 +260,57 @@ def test_native_hook_records_a_routing_tensor_and_refuses_one_it_cannot_read(man
     assert not ok and f"routes to expert {lay.n_expert}" in err
     asked, ok, err = drive(good, name=f"ffn_moe_topk-{lay.n_layer}".encode())
     assert not ok and "not a MoE layer" in err
+
+
+def test_native_hook_residency_by_cachestat_and_mincore_is_pythons(manifest, tiny_models):
+    """The C path's two ways of counting missing bytes (cachestat on the file, mincore on the
+    mapping) agree with Python's mincore, on slabs evicted (some bytes missing) and on the same
+    slabs read back (none); with the whole layer cached, one cachestat call answers for it."""
+    import ctypes
+    import os
+
+    from harness.mechanisms import Residency
+
+    drive = _NativeTopk(manifest, tiny_models["olmoe-tiny-Q4_K_M"])
+    lay, h, lib = drive.layout, drive.native.h, drive.native.lib
+    lib.moe_hook_missing.restype = ctypes.c_int64
+    res = Residency(drive.native.hook.mechanism.model)
+    experts = [1, 2, 5]
+    slabs = [s for e in experts for s in lay.slabs(0, e)]
+    arr = (ctypes.c_int32 * len(experts))(*experts)
+
+    def measured():
+        out = {}
+        for method, fd in (("cachestat", drive.file.fileno()), ("mincore", -1)):
+            h.cache_fd, calls = fd, h.residency_calls
+            out[method] = lib.moe_hook_missing(ctypes.byref(h), 0, arr, len(experts))
+            out[f"{method} calls"] = h.residency_calls - calls
+            assert h.cache_fd == fd, "cachestat is missing on this kernel: the test needs it"
+        out["python"] = sum(res.missing_bytes(s.offset, s.nbytes) for s in slabs)
+        return out
+
+    # the whole file: the page cache may hold it in large folios, which a slab's range would split
+    os.posix_fadvise(drive.file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    evicted = measured()
+    assert evicted["python"] > 0.5 * sum(s.nbytes for s in slabs), evicted
+    assert evicted["cachestat"] == evicted["mincore"] == evicted["python"], evicted
+    # the layer's span was not all cached: one call for it, then one per slab
+    assert evicted["cachestat calls"] == 1 + len(slabs) and evicted["mincore calls"] == len(slabs)
+    for x in lay.data["expert_tensors"]:  # the whole of layer 0's expert tensors, read back
+        if x["layer"] == 0:
+            os.pread(drive.file.fileno(), x["bytes_per_expert"] * x["n_expert"], x["base_offset"])
+    cached = measured()
+    assert (cached["cachestat"], cached["mincore"], cached["python"]) == (0, 0, 0), cached
+    assert cached["cachestat calls"] == 1 and cached["mincore calls"] == len(slabs), cached
+
+
+def test_a_disabled_native_hook_asks_for_nothing(manifest, tiny_models):
+    drive = _NativeTopk(manifest, tiny_models["olmoe-tiny-Q4_K_M"])
+    drive.native.begin(0, 1, False)
+    asked = drive.eval(drive.ctypes.addressof(drive.tensor), True, drive.native.user_data)
+    assert not asked and drive.native.h.asked == 1
+    drive.native.begin(0, 1, True)
+    assert drive.eval(drive.ctypes.addressof(drive.tensor), True, drive.native.user_data)
 
 
 def test_layout_refuses_ids_it_does_not_have(tiny_models):
@@ -389,6 +440,34 @@ def test_native_ask_path_observes_exactly_what_python_did(manifest, tiny_models,
     s = native_rec["summary"]
     assert s["hook_nodes_passed"] == s["hook_calls"] == 4 * 13  # 4 layers, prompt + 12 tokens
     assert s["hook_nodes_asked"] > 10 * s["hook_nodes_passed"]  # the rest never reached Python
+
+
+def test_hook_ab_switches_the_hook_off_for_every_other_token(manifest, tiny_models, tmp_path,
+                                                             all_runs):
+    """hook_ab (the benchmark's in-process A/B): generated tokens alternate hook on and off; the
+    off ones route nothing into the records and take no hook time, and the text is unchanged."""
+    base_rec, base_dir = all_runs["none"]
+    rec = run(manifest, tiny_models["olmoe-tiny-Q4_K_M"], tmp_path, spec("none", hook_ab=True))
+    assert rec["status"] == "ok"
+    assert rec["summary"]["generated_tokens"] == base_rec["summary"]["generated_tokens"]
+    tok = pd.read_csv(tmp_path / "tokens.csv")
+    gen = tok[tok.phase == "gen"]
+    assert list(gen.hook_on) == [1 - i % 2 for i in range(len(gen))]
+    assert (tok[tok.phase == "prompt"].hook_on == 1).all()
+    assert (gen[gen.hook_on == 0].hook_s == 0).all() and (gen[gen.hook_on == 1].hook_s > 0).all()
+    n_prompt = len(rec["summary"]["prompt_tokens"])
+    routed = set(pd.read_csv(tmp_path / "experts.csv").token)
+    assert routed == set(range(n_prompt)) | {n_prompt + i for i in gen[gen.hook_on == 1]["index"]}
+    assert (pd.read_csv(base_dir / "tokens.csv").hook_on == 1).all()  # without hook_ab: all on
+
+
+def test_residency_method_follows_the_mapping(all_runs):
+    """cachestat reads the file's page cache, right for a shared mapping of it; lru-odirect's
+    private copies are anonymous pages only mincore sees."""
+    for name, (rec, _) in all_runs.items():
+        want = "mincore" if name == "lru-odirect" else "cachestat"
+        assert rec["summary"]["hook_residency"] == want, name
+        assert rec["summary"]["hook_residency_calls"] > 0, name
 
 
 @pytest.mark.skipif(cgroup_version() != 1, reason="the cgroup v1 writeback case")
