@@ -71,7 +71,7 @@ rule compare:
     output:
         directory("results/compare"),
     params:
-        machines=config.get("compare", {}),
+        machines=COMPARE_TREES,
     log:
         "logs/compare.log",
     conda:

@@ -7,10 +7,12 @@ sys.path.insert(0, workflow.basedir)
 
 from harness.compare import TABLES as COMPARED_TABLES
 from harness.config import ConfigError, check
+from harness.machines import MachinesError, compare_trees
 
 try:
     RUNS = {r.run_id: r for r in check(config)}
-except ConfigError as exc:
+    COMPARE_TREES = compare_trees(config)
+except (ConfigError, MachinesError) as exc:
     raise WorkflowError(str(exc)) from None
 
 MODELS = config["models"]
@@ -103,10 +105,10 @@ def run_model_layout(wildcards):
 
 
 def compare_inputs(wildcards):
-    """This machine's finished tree (built by rule final) and the files of every other tree named
-    under `compare:` (finished elsewhere, copied here: never re-run)."""
+    """This machine's finished tree (built by rule final) and the files of every other tree, named
+    under `compare:` or a machine's under `machines:` (finished elsewhere: never re-run here)."""
     out = []
-    for root in config.get("compare", {}).values():
+    for root in COMPARE_TREES.values():
         if os.path.normpath(root) == "results":
             out.append(rules.final.output[0])
         else:
