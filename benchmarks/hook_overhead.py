@@ -81,12 +81,21 @@ def main():
     info = json.loads(model.with_suffix(".json").read_text())
     layout = str(model.with_name(model.stem + ".layout.json"))
     pagecache.warm(model)
-    samples = {m: [] for m in (*MODES, "llama-bench --repack 0")}
+    samples = {m: [] for m in (*MODES, "llama-bench --repack 0")}  # process level, tok/s
     recorded = {m: [] for m in MODES}  # the hook time each run wrote into tokens.csv (ms/token)
     ab = {m: {"ratio": [], "cost_ms": []} for m in MODES[1:]}  # in-process A/B, per round
+    bench = "llama-bench --repack 0"
+    processes = (*MODES, bench)
     for k in range(1, rounds + 1):
-        # the order rotates each round, so a drift of the shared machine does not favour one mode
-        for mode in MODES[k % 3:] + MODES[:k % 3]:
+        # the order rotates each round, so a drift of the shared machine does not favour one
+        # measurement, llama-bench included
+        for mode in processes[k % 4:] + processes[:k % 4]:
+            if mode == bench:
+                with tempfile.TemporaryDirectory() as d, open(Path(d) / "bench.log", "w") as logf:
+                    samples[bench].append(llama_bench(manifest["llama_bench"], str(model), 2, tokens,
+                                                      "mmap", limits, manifest["lib_dir"], logf,
+                                                      ("--repack", "0"))["tok_per_s"])
+                continue
             tok_s, hook_ms = harness_tok_s(generated_rows(model, info, layout, manifest, mode,
                                                           tokens, k, limits))
             samples[mode].append(tok_s)
@@ -96,10 +105,6 @@ def main():
                                                   k, limits, ab=True))
             ab[mode]["ratio"].append(ratio)
             ab[mode]["cost_ms"].append(cost)
-        with tempfile.TemporaryDirectory() as d, open(Path(d) / "bench.log", "w") as logf:
-            b = llama_bench(manifest["llama_bench"], str(model), 2, tokens, "mmap", limits,
-                            manifest["lib_dir"], logf, ("--repack", "0"))
-        samples["llama-bench --repack 0"].append(b["tok_per_s"])
         print(json.dumps({"round": k, **{m: s[-1] for m, s in samples.items()},
                           **{f"{m} A/B on/off": v["ratio"][-1] for m, v in ab.items()}}), flush=True)
     off = samples["off"]
@@ -112,9 +117,10 @@ def main():
                          "on_over_off_median": statistics.median(ratio),
                          "on_over_off_min": min(ratio), "on_over_off_max": max(ratio),
                          "recorded_hook_ms_per_token_median": statistics.median(recorded[mode])}
-        bench = samples["llama-bench --repack 0"]
         summary[mode]["on_over_llama_bench_median"] = statistics.median(
-            on / b for on, b in zip(samples[mode], bench, strict=True))
+            on / b for on, b in zip(samples[mode], samples[bench], strict=True))
+    # the bare worker against the stock tool with the same kernels: what is not the hook's
+    summary["off_over_llama_bench"] = spread([o / b for o, b in zip(off, samples[bench], strict=True)])
     summary["in_process_ab"] = {m: {"on_over_off": spread(v["ratio"]),
                                     "cost_ms_per_token": spread(v["cost_ms"])}
                                 for m, v in ab.items()}
