@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import machine
 from harness.util import atomic_write_text, sha256_file
 
 log = logging.getLogger(__name__)
@@ -177,8 +178,20 @@ def prepare_source(source_cfg: dict, cache_dir: Path) -> Source:
 # --- build ------------------------------------------------------------------------------------
 
 
-def build_key(commit: str, patch_sha256: str, flags: tuple[str, ...]) -> str:
-    h = hashlib.sha256("\n".join([commit, patch_sha256, *flags]).encode()).hexdigest()
+def native_target(flags: tuple[str, ...]) -> str:
+    """What a -DGGML_NATIVE=ON build is compiled for: this CPU's model and instruction-set flags
+    (its binaries may not run, or run other kernels, on another CPU); '' for a portable build."""
+    native = [f.split("=", 1)[1].upper() for f in flags if f.startswith("-DGGML_NATIVE=")]
+    if not native or native[-1] in ("OFF", "0", "FALSE", "NO"):
+        return ""
+    return f"{machine.cpu_model()}|{machine.cpu_flags()}"
+
+
+def build_key(commit: str, patch_sha256: str, flags: tuple[str, ...], target: str = "") -> str:
+    """The cache key: commit, patch, flags and, for a native build, the CPU it targets, so that
+    nodes of different CPUs sharing one cache each get their own build."""
+    h = hashlib.sha256("\n".join([commit, patch_sha256, *flags, *([target] if target else [])])
+                       .encode()).hexdigest()
     return f"{commit[:12]}-{h[:16]}"
 
 
@@ -197,7 +210,8 @@ def build(source: Source, cache_dir: Path, jobs: int, extra_flags: tuple[str, ..
     """Build (or reuse) the patched llama.cpp; returns the manifest describing it."""
     flags = CMAKE_FLAGS + tuple(extra_flags)
     patch_sha = sha256_file(PATCH)
-    key = build_key(source.commit, patch_sha, flags)
+    target = native_target(flags)
+    key = build_key(source.commit, patch_sha, flags, target)
     prefix = cache_dir / "build" / key
     manifest_path = prefix / "manifest.json"
     if manifest_path.exists():
@@ -228,6 +242,9 @@ def build(source: Source, cache_dir: Path, jobs: int, extra_flags: tuple[str, ..
             "source_kind": source.kind,
             "patch_sha256": patch_sha,
             "cmake_flags": list(flags),
+            "native_target": ({"cpu_model": machine.cpu_model(),
+                               "cpu_flags_sha256": hashlib.sha256(machine.cpu_flags().encode())
+                               .hexdigest()} if target else None),
             "lib_dir": str(prefix / "lib"),
             "bin_dir": str(prefix / "bin"),
             "llama_bench": str(prefix / "bin" / "llama-bench"),

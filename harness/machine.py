@@ -20,6 +20,18 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def cpu_flags() -> str:
+    """The instruction-set flags of this machine's CPU (/proc/cpuinfo), sorted; '' if unknown."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return " ".join(sorted(line.split(":", 1)[1].split()))
+    except OSError:
+        pass
+    return ""
+
+
 # where a scheduler placed the measurement (SLURM exports these into every job step)
 SCHEDULER_ENV = {"slurm_job_id": "SLURM_JOB_ID", "slurm_partition": "SLURM_JOB_PARTITION",
                  "slurm_node": "SLURMD_NODENAME"}

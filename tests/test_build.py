@@ -13,6 +13,20 @@ def test_build_key_depends_on_commit_patch_and_flags():
     assert k != build.build_key("a" * 40, "p2", ("-DX=1",))
     assert k != build.build_key("a" * 40, "p1", ("-DX=2",))
     assert k == build.build_key("a" * 40, "p1", ("-DX=1",))
+    assert k != build.build_key("a" * 40, "p1", ("-DX=1",), "another CPU")
+
+
+def test_a_native_build_is_keyed_by_the_cpu_it_targets(monkeypatch):
+    """-DGGML_NATIVE=ON compiles for this CPU: a node with another CPU sharing the cache must not
+    reuse it; a portable build may."""
+    native = ("-DGGML_NATIVE=ON",)
+    here = build.native_target(native)
+    assert "|" in here and build.machine.cpu_flags() in here and len(build.machine.cpu_flags()) > 10
+    assert build.native_target(("-DGGML_NATIVE=ON", "-DGGML_NATIVE=OFF")) == ""  # the last wins
+    assert build.native_target(("-DX=1",)) == ""
+    monkeypatch.setattr(build.machine, "cpu_flags", lambda: "fpu sse2")  # a CPU without AVX
+    assert build.native_target(native) != here
+    assert build.native_target(("-DGGML_NATIVE=OFF",)) == ""
 
 
 def _tar(tmp_path, members):
