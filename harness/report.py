@@ -212,18 +212,22 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
         summ = summ.merge(analysis.summarize(all_runs, col)[["run_id", "median"]].rename(
             columns={"median": col}), on="run_id", how="left")
     summ["synthetic"] = summ["synthetic"].astype(bool)
+    # how much of a token the hook is: its time per token at the configuration's median rate
+    summ["hook_share"] = summ["hook_s_per_token"] * summ["median"]
     w.table("summary", summ[["run_id", "synthetic", "quant", "mechanism", "mlock_non_expert",
                                       "log_experts", "tokens", "n", "median", "min", "max", "wide_spread",
                                       "majflt_per_token", "read_amplification",
-                                      "kernel_read_vs_missing", "hook_s_per_token", "statuses"]].rename(
+                                      "kernel_read_vs_missing", "hook_s_per_token", "hook_share", "statuses"]].rename(
         columns={"median": "tok_per_s_median", "min": "tok_per_s_min", "max": "tok_per_s_max"}),
         "runs_table, findings")
     w.text("Read amplification: bytes the run's cgroup read from disk per generated token divided "
            "by the routed expert bytes per token, with the read-ahead in force. "
-           "`kernel_read_vs_missing`: the same bytes over what `mincore` found not resident in the "
-           "routed slabs just before each layer's prefetch (1 = the kernel read nothing else). "
-           "`hook_s_per_token`: wall time in the routing hook's own work (mincore, ids, logging; "
-           "the mechanism excluded), under the CPU quota.\n")
+           "`kernel_read_vs_missing`: the same bytes over what the hook found not resident in the "
+           "routed slabs just before each layer's prefetch (cachestat, or mincore for private "
+           "copies; 1 = the kernel read nothing else). `hook_s_per_token`: wall time in the "
+           "routing hook's own work (residency syscalls, ids, logging; the mechanism excluded), "
+           "under the CPU quota; `hook_share`: that time over the median token's "
+           "(hook_s_per_token x tok/s).\n")
     dist = all_runs[all_runs.disturbed]
     w.text(f"### Repeats left out of the verdicts: {len(dist)}\n")
     w.text("A repeat during which the rest of the machine read more than "

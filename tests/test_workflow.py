@@ -72,6 +72,11 @@ def test_final_has_results_plots_and_one_record_per_run(pipeline):
     f7 = pd.read_csv(final / "tables/finding7_switches.csv")
     pm = runs[(runs.entry == "pread-madvise") & (runs.model == "olmoe-q4") & ~runs.mlock_non_expert]
     assert f7.baseline_pread_madvise_median.iloc[0] == pytest.approx(pm.tok_per_s.median(), rel=1e-3)
+    # the hook's share of a token, per configuration: its time per token at the median rate
+    summ = pd.read_csv(final / "tables/summary.csv")
+    assert summ.hook_share.to_numpy() == pytest.approx(
+        (summ.hook_s_per_token * summ.tok_per_s_median).to_numpy(), rel=2e-3)  # 4 digits in the CSV
+    assert ((summ.hook_share > 0) & (summ.hook_share < 0.5)).all(), summ.hook_share
 
 
 def test_results_md_numbers_trace_to_named_csvs(pipeline):
