@@ -34,8 +34,22 @@ from harness import build, pagecache, supervise
 from harness.ceilings import llama_bench
 from harness.config import adhoc_spec, cpu_quota_of
 from harness.limits import Limits
+from harness.machine import machine_info
 
 MODES = ("off", "native", "python")
+
+
+# what each measurement ran under, from its own record: the benchmark's output names them
+CONDITIONS: list[dict] = []
+
+
+def note_conditions(what: str, rec: dict) -> None:
+    box = rec.get("box") or {}
+    # what was set, not what the run did under it (its peak memory, an OOM kill)
+    limits = {k: v for k, v in (rec.get("limits_in_force") or {}).items()
+              if k not in ("peak_cgroup_bytes", "oom_killed")}
+    CONDITIONS.append({"what": what, "limits_in_force": limits,
+                       "damon_applied": box.get("damon_applied_during_run")})
 
 
 def generated_rows(model, info, layout, manifest, mode, tokens, k, limits, ab=False) -> pd.DataFrame:
@@ -47,6 +61,7 @@ def generated_rows(model, info, layout, manifest, mode, tokens, k, limits, ab=Fa
                             model_info=info, layout_path=layout, limits=limits, time_limit_s=3600)
         if rec["status"] != "ok":
             raise SystemExit(f"hook-{mode} run failed: {rec.get('error')}")
+        note_conditions(f"hook-{mode}{' A/B' if ab else ''} round {k}", rec)
         return pd.read_csv(Path(d) / "run" / "tokens.csv").query("phase == 'gen'")
 
 
@@ -92,9 +107,10 @@ def main():
         for mode in processes[k % 4:] + processes[:k % 4]:
             if mode == bench:
                 with tempfile.TemporaryDirectory() as d, open(Path(d) / "bench.log", "w") as logf:
-                    samples[bench].append(llama_bench(manifest["llama_bench"], str(model), 2, tokens,
-                                                      "mmap", limits, manifest["lib_dir"], logf,
-                                                      ("--repack", "0"))["tok_per_s"])
+                    b = llama_bench(manifest["llama_bench"], str(model), 2, tokens, "mmap", limits,
+                                    manifest["lib_dir"], logf, ("--repack", "0"))
+                samples[bench].append(b["tok_per_s"])
+                note_conditions(f"{bench} round {k}", b)
                 continue
             tok_s, hook_ms = harness_tok_s(generated_rows(model, info, layout, manifest, mode,
                                                           tokens, k, limits))
@@ -108,7 +124,14 @@ def main():
         print(json.dumps({"round": k, **{m: s[-1] for m, s in samples.items()},
                           **{f"{m} A/B on/off": v["ratio"][-1] for m, v in ab.items()}}), flush=True)
     off = samples["off"]
-    summary = {"model": str(model), "tokens": tokens, "rounds": rounds, "cpu_quota": quota}
+    summary = {"model": str(model), "tokens": tokens, "rounds": rounds, "cpu_quota": quota,
+               "machine": machine_info(), "build": manifest["key"], "hook_lib": manifest["hook_lib"],
+               # every distinct set of limits the measurements ran under (read-ahead included),
+               # and the DAMON work applied during any of them
+               "limits_in_force": [json.loads(x) for x in sorted({json.dumps(c["limits_in_force"],
+                                                                  sort_keys=True) for c in CONDITIONS})],
+               "damon_applied": [c for c in CONDITIONS if c["damon_applied"] and any(
+                   v.get("sz_applied") for v in c["damon_applied"].values())]}
     for mode in ("native", "python"):
         cost_ms = [1000 * (1 / on - 1 / o) for on, o in zip(samples[mode], off, strict=True)]
         ratio = [on / o for on, o in zip(samples[mode], off, strict=True)]

@@ -242,9 +242,7 @@ def build(source: Source, cache_dir: Path, jobs: int, extra_flags: tuple[str, ..
             "source_kind": source.kind,
             "patch_sha256": patch_sha,
             "cmake_flags": list(flags),
-            "native_target": ({"cpu_model": machine.cpu_model(),
-                               "cpu_flags_sha256": hashlib.sha256(machine.cpu_flags().encode())
-                               .hexdigest()} if target else None),
+            "native_target": target or None,  # "cpu model|flags" a native build is for
             "lib_dir": str(prefix / "lib"),
             "bin_dir": str(prefix / "bin"),
             "llama_bench": str(prefix / "bin" / "llama-bench"),

@@ -88,11 +88,16 @@ def profile_path(workdir: Path, profile: str | None) -> Path | None:
                         f"{workdir} and {ROOT})")
 
 
+def _snakemake(directory: Path) -> list[str]:
+    """This checkout's workflow, run in `directory`."""
+    return [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+            str(directory)]
+
+
 def snakemake_argv(workdir: Path, config: dict, name: str, target: str, dry_run: bool) -> list[str]:
     m = machines_of(config)[name]
     profile = profile_path(workdir, m.get("profile"))
-    argv = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
-            "--directory", str(workdir / MACHINES_DIR / name)]
+    argv = _snakemake(workdir / MACHINES_DIR / name)
     argv += ["--profile", str(profile)] if profile else ["--cores", "all"]
     return argv + [str(a) for a in m.get("args") or []] + (["-n"] if dry_run else []) + [target]
 
@@ -110,6 +115,7 @@ def prepare(workdir: Path, config: dict, name: str) -> Path:
 
 
 def _run(argv: list[str], cwd: Path, log_path: Path, label: str, failures: dict) -> None:
+    """One Snakemake, its output into log_path; a failure is noted under `label`."""
     t0 = time.time()
     log.info("%s: started (%s)", label, log_path)
     with open(log_path, "w") as f:
@@ -142,22 +148,23 @@ def run(workdir: Path, names: list[str] | None = None, dry_run: bool = False) ->
     failures: dict[str, str] = {}
     clustered = [n for n in names if machines[n].get("profile")]
     here = [n for n in names if not machines[n].get("profile")]
-    threads = [threading.Thread(target=_run, args=(jobs[n], workdir,
-                                                   workdir / MACHINES_DIR / n / "snakemake.log",
-                                                   n, failures)) for n in clustered]
+
+    def machine(n):
+        _run(jobs[n], workdir, workdir / MACHINES_DIR / n / "snakemake.log", n, failures)
+
+    threads = [threading.Thread(target=machine, args=(n,)) for n in clustered]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     for n in here:  # they measure this box: nothing else of the study may run beside them
-        _run(jobs[n], workdir, workdir / MACHINES_DIR / n / "snakemake.log", n, failures)
+        machine(n)
     if failures:
         log.error("not compared: %s", "; ".join(f"{k}: {v}" for k, v in failures.items()))
         return failures
     if dry_run:  # the machines' trees do not exist yet: there is nothing to compare
         return failures
-    compare = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
-               str(workdir), "--cores", "all", "results/compare"]
+    compare = _snakemake(workdir) + ["--cores", "all", "results/compare"]
     _run(compare, workdir, workdir / MACHINES_DIR / "compare.log", "compare", failures)
     if not failures:
         log.info("results/compare/COMPARE.md: %s", ", ".join(compare_trees(config)))

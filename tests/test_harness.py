@@ -302,6 +302,21 @@ def test_native_hook_residency_by_cachestat_and_mincore_is_pythons(manifest, tin
     cached = measured()
     assert (cached["cachestat"], cached["mincore"], cached["python"]) == (0, 0, 0), cached
     assert cached["cachestat calls"] == 1 and cached["mincore calls"] == len(slabs), cached
+    # a layer whose expert tensors lie far apart is not spanned (the call would walk the file
+    # between them): one call per slab, all cached
+    os.pread(drive.file.fileno(), os.fstat(drive.file.fileno()).st_size, 0)
+    last = lay.n_layer - 1
+    at = [(0 * lay.n_expert + e) * 4 + len(lay.slabs(0, e)) - 1 for e in experts]
+    far = [lay.slabs(last, e)[-1].offset for e in experts]
+    saved = [drive.native.slab_off[i] for i in at]
+    for i, off in zip(at, far, strict=True):
+        drive.native.slab_off[i] = off
+    try:
+        apart = measured()
+    finally:
+        for i, off in zip(at, saved, strict=True):
+            drive.native.slab_off[i] = off
+    assert apart["cachestat"] == 0 and apart["cachestat calls"] == len(slabs), apart
 
 
 def test_a_disabled_native_hook_asks_for_nothing(manifest, tiny_models):
