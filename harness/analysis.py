@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness import attribution
 from harness.contract import Status
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
@@ -40,6 +41,9 @@ def run_row(record_path: Path) -> dict:
         "prefetch_threads": spec["prefetch_threads"], "profile": spec.get("profile"),
         "status": rec["status"], "tokens_completed": rec["tokens_completed"],
         "tok_per_s": n / decode_s if n and decode_s > 0 else float("nan"),
+        # the run's figure: the first generated token excluded (it is first_token_s)
+        "steady_tok_per_s": steady_rate(gen),
+        "prompt_tok_per_s": prompt_rate(tok),
         "majflt_per_token": per("majflt"),
         "bytes_prefetched_per_token": per("bytes_prefetched"),
         "bytes_routed_per_token": per("bytes_routed"),
@@ -51,10 +55,26 @@ def run_row(record_path: Path) -> dict:
         "byte_accounting_ok": rec.get("summary", {}).get("byte_accounting_ok"),
         "residency_at_start": rec.get("residency_at_start"),
         **box_columns(rec, gen, per),
+        "harness_s_per_token": per("harness_s") if "harness_s" in gen else float("nan"),
+        **attribution.run_attribution(gen),
         **prediction_columns(Path(record_path).parent / "mechanism.csv"),
         "start_utc": rec.get("start_utc"), "end_utc": rec.get("end_utc"),
         "record": str(record_path),
     }
+
+
+def steady_rate(gen: pd.DataFrame) -> float:
+    """Generated tokens per second without the first generated token, which carries start-up work
+    whose size depends on the mechanism (1.35x the steady mean in the second reference run)."""
+    steady = gen.iloc[1:]
+    total = float(steady.wall_s.sum())
+    return len(steady) / total if len(steady) and total > 0 else float("nan")
+
+
+def prompt_rate(tok: pd.DataFrame) -> float:
+    """Prompt processing in tokens per second (the prompt's one batched decode)."""
+    p = tok[tok.phase == "prompt"]
+    return float(p.n_tokens.sum() / p.wall_s.sum()) if len(p) and p.wall_s.sum() > 0 else float("nan")
 
 
 DISTURBED_READ_BYTES = 50e6  # foreign reads above this, and above 1% of the run's own: disturbed

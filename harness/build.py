@@ -250,7 +250,14 @@ def build(source: Source, cache_dir: Path, jobs: int, extra_flags: tuple[str, ..
         }
         atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2))
         # rename last: a half-built tree never looks like a cached build
-        os.replace(out, prefix)
+        try:
+            os.replace(out, prefix)
+        except OSError:
+            if not manifest_path.exists():
+                raise
+            # a concurrent build of the same key finished first: the same inputs, so use it
+            log.info(f"build: {prefix} was finished by another build meanwhile; using it")
+            return json.loads(manifest_path.read_text())
         return manifest
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -53,6 +53,8 @@ class WorkerParams:
     # switch the hook off for every other generated token (tokens.csv hook_on): what the hook
     # costs, measured within one process; such a run's routing records have gaps
     hook_ab: bool = False
+    # where the per-token attribution's counters are (harness.attribution.CounterFiles as a dict)
+    counters: dict = field(default_factory=dict)
 
     def write(self, path: Path) -> None:
         Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=2))

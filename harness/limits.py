@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 from pathlib import Path
 
+from harness.attribution import CounterFiles
 from harness.box import BoxError, DeviceReadahead
 from harness.util import left_by_dead_process
 
@@ -60,7 +61,7 @@ def reap_stale() -> list[Path]:
     carries the creator's pid). Empty cgroups only: a live measurement is never touched."""
     removed = []
     for parent in (CGROOT / "memory" / PARENT, CGROOT / "blkio" / PARENT, CGROOT / "cpu" / PARENT,
-                   CGROOT / PARENT):
+                   CGROOT / "cpuacct" / PARENT, CGROOT / "unified" / PARENT, CGROOT / PARENT):
         if not parent.is_dir():
             continue
         for d in left_by_dead_process(parent.glob("run-*")):
@@ -160,6 +161,19 @@ class RunCgroup:
         controller, name = self.COUNTERS.get(kind, (None, None))
         d = self.dirs.get(controller)
         return d / name if d is not None else None
+
+    def counter_files(self) -> CounterFiles:
+        """Where the worker reads its per-token attribution (harness.attribution)."""
+        cpu = self._counter("cpu")
+        return CounterFiles(
+            cpuacct_dir=str(self.dirs[self.CPUACCT]) if self.CPUACCT in self.dirs else None,
+            cpu_stat=str(cpu) if cpu is not None else None,
+            pressure_dir=str(self.dirs[self.PRESSURE]) if self.PRESSURE in self.dirs else None,
+            device=self.limits.device)
+
+    # the controller directories holding CPU usage and pressure (PSI) files, per hierarchy
+    CPUACCT: ClassVar[str] = "cpuacct"
+    PRESSURE: ClassVar[str] = "unified"
 
     @property
     def procs_files(self) -> list[Path]:
@@ -276,6 +290,13 @@ class CgroupV1(RunCgroup):
             self.in_force["cpu_quota"] = int((cpu / "cpu.cfs_quota_us").read_text()) / CPU_PERIOD_US
             self.in_force["cpu_quota_us_per_period"] = [
                 int((cpu / "cpu.cfs_quota_us").read_text()), CPU_PERIOD_US]
+        # for the attribution only (no limit is set there): CPU seconds by user/system, and on a
+        # hybrid host the unified hierarchy's pressure (PSI) files, which v1 has no equivalent of
+        if (CGROOT / "cpuacct" / "cpuacct.usage_user").exists():
+            self.dirs["cpuacct"] = self._mk(CGROOT / "cpuacct")
+        if (CGROOT / "unified" / "cgroup.procs").exists():
+            with contextlib.suppress(OSError):
+                self.dirs["unified"] = self._mk(CGROOT / "unified")
         self.in_force["cgroup"] = "v1"
 
 
@@ -283,6 +304,7 @@ class CgroupV2(RunCgroup):
     """cgroup v2: one unified directory with every controller enabled."""
 
     version = 2
+    CPUACCT = PRESSURE = "unified"
     COUNTERS = {"io": ("unified", "io.stat"), "peak": ("unified", "memory.peak"),
                 "oom": ("unified", "memory.events"), "cpu": ("unified", "cpu.stat")}
 

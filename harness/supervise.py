@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import pagecache
+from harness import attribution, pagecache
 from harness.box import BoxRecord
 from harness.contract import Status, WorkerParams
 from harness.limits import Limits, RunCgroup
@@ -121,7 +121,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
             log_experts=spec["log_experts"], mechanism_options=spec.get("mechanism_options", {}),
             cgroup_io_stat=cg.io_stat_file, evict_after_load=spec.get("evict_after_load", False),
             hook=spec.get("hook", "native"), hook_lib=build.get("hook_lib"),
-            hook_ab=spec.get("hook_ab", False),
+            hook_ab=spec.get("hook_ab", False), counters=cg.counter_files().as_dict(),
         ).write(work / "params.json")
         record.update(start_utc=utcnow(), residency_before=res_before,
                       residency_at_start=res_after_evict)
@@ -129,6 +129,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
         record["residency_after"] = pagecache.residency(run_model)
         record.update(_collect(work, out, spec))
         record.update(_provenance(limits, time_limit_s, cg, model_info, build))
+        record["attribution_sources"] = attribution.sources(cg.counter_files())
         return _finish(record, out, work, model_path)
     finally:
         cg.close()

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import lib as hlib
-from harness import libc, pagecache
+from harness import attribution, libc, pagecache
 from harness import mechanisms as mech
 from harness.contract import WorkerParams
 from harness.layout import Layout
@@ -30,7 +30,9 @@ TOPK_PREFIX = b"ffn_moe_topk-"
 TOKEN_FIELDS = ["index", "phase", "n_tokens", "token_id", "wall_s", "majflt", "minflt", "pread_s",
                 "madvise_s", "other_prefetch_s", "bytes_prefetched", "bytes_routed", "disk_read_bytes",
                 "cgroup_read_bytes", "rss_bytes", "t_unix", "dirtied_bytes", "cgroup_write_bytes",
-                "bytes_missing", "bytes_missing_after", "bytes_read", "hook_s", "hook_on"]
+                "bytes_missing", "bytes_missing_after", "bytes_read", "hook_s", "hook_on",
+                # the harness's own work between two decodes (rows, checks, sampling, Python)
+                "harness_s", *attribution.PART_FIELDS]
 EXPERT_FIELDS = ["token", "layer", "rank", "expert"]
 
 
@@ -362,6 +364,8 @@ class Worker:
         self.moments: dict = {}
         self.generated: list[int] = []
         self.routed_total = self.prefetched_total = self.mismatches = 0
+        self.clock = attribution.TokenClock(attribution.CounterFiles(**p.counters))
+        self.last_decode_end: float | None = None  # perf_counter at the end of the last decode
 
     # --- steps ------------------------------------------------------------------------------
 
@@ -472,10 +476,14 @@ class Worker:
         m.begin_decode(pos, n)
         c0, ru0 = m.counters(), resource.getrusage(resource.RUSAGE_SELF)
         io0, cg0 = read_proc_io(), read_io_bytes(io_stat)
+        snap0 = self.clock.read()
         t0 = time.perf_counter()
+        harness_s = t0 - self.last_decode_end if self.last_decode_end is not None else 0.0
         rc = llama.llama_decode(self.ctx, llama.llama_batch_get_one(arr, n))
         m.drain()
-        wall = time.perf_counter() - t0
+        t1 = self.last_decode_end = time.perf_counter()
+        snap1 = self.clock.read(before=False)
+        wall = t1 - t0
         ru1, c1 = resource.getrusage(resource.RUSAGE_SELF), m.counters()
         io1, cg1 = read_proc_io(), read_io_bytes(io_stat)
         if hook.error is not None:
@@ -515,7 +523,9 @@ class Worker:
             "cgroup_write_bytes": since(cg0, cg1, "write"), "bytes_missing": hook.missing,
             "bytes_missing_after": hook.missing_after,
             "bytes_read": c1["bytes_read"] - c0["bytes_read"], "hook_s": f"{hook.hook_s:.6f}",
-            "hook_on": int(hook_on)}
+            "hook_on": int(hook_on), "harness_s": f"{harness_s:.6f}",
+            **{k: (f"{v:.6f}" if isinstance(v, float) else v)
+               for k, v in attribution.parts(snap0, snap1, wall).items()}}
 
     def write_row(self, row: dict) -> None:
         self.tokens_part.write(",".join(str(row[f]) for f in TOKEN_FIELDS) + "\n")

@@ -1,0 +1,308 @@
+"""Where a token's time goes: counters read around every `llama_decode`, their parts, the identity
+they must add up to, and the regime a run is in.
+
+The decode's critical path is the thread that calls `llama_decode` (the worker's main thread:
+ggml's OpenMP team joins it at every node), so a token's wall time is explained on that thread:
+
+    wall = user CPU + kernel CPU + run-queue wait + I/O wait + rest
+
+- user / kernel CPU: the thread's on-CPU time (`CLOCK_THREAD_CPUTIME_ID`, ns), divided into
+  user and kernel by its own `getrusage(RUSAGE_THREAD)`, whose split is sampled at the tick.
+- run-queue wait: `/proc/thread-self/schedstat`'s run_delay, time runnable but not running. A task
+  of a cgroup throttled by its CPU quota stays queued, so throttling lands here; the cgroup's own
+  `throttled_time` (cpu.stat) says how much of it was the quota rather than other processes.
+- I/O wait: the run cgroup's `io.pressure` "some" total (PSI): time at least one of the run's
+  tasks was stalled on block I/O (page faults on the model, `pread`, O_DIRECT). It is measured
+  independently of the other three, so the identity can fail: when a token's parts leave more than
+  IDENTITY_TOLERANCE of its wall time unexplained (or overexplained), the row says so. Sources this
+  kernel does not fill are recorded as such (`sources()`): task delay accounting is off on this
+  machine (`kernel.task_delayacct = 0`, a host setting we record and do not change), so per-thread
+  block-I/O delay is not available and PSI is the I/O-wait source.
+
+Beside those, counted for the whole cgroup and the device: the cgroup's CPU seconds over all
+threads (cpuacct), its throttled time and periods, the disk's busy time (`/sys/block/<dev>/stat`
+io_ticks, which counts foreign I/O too) and the bytes it read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+IDENTITY_TOLERANCE = 0.10  # the parts explain a token's wall time within 10%, or the row says not
+
+# a run is bound by what takes at least this share of its median token's wall time
+BOUND_SHARE = 0.6
+CPU_BOUND, DISK_BOUND, MIXED = "cpu-bound", "disk-bound", "mixed"
+
+
+@dataclass(frozen=True)
+class CounterFiles:
+    """Where a run's counters are: the supervisor knows its cgroup, the worker reads them. Every
+    path may be None (no such hierarchy, or unenforced): those parts are then -1 in the rows."""
+
+    cpuacct_dir: str | None = None  # v1 cpuacct dir, or a v2 dir (cpu.stat usage_usec et al.)
+    cpu_stat: str | None = None  # cpu.stat of the cgroup holding the CPU quota
+    pressure_dir: str | None = None  # a v2 (or hybrid "unified") dir holding io/cpu/memory.pressure
+    device: str | None = None  # "major:minor" of the disk under the model
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _read(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _keyed(text: str | None) -> dict:
+    out = {}
+    for line in (text or "").splitlines():
+        k, _, v = line.partition(" ")
+        with contextlib.suppress(ValueError):
+            out[k] = int(v)
+    return out
+
+
+def _psi_total(text: str | None, kind: str) -> float:
+    """The `total=` (µs) of the "some" or "full" line of a pressure file, in seconds; -1 unknown."""
+    for line in (text or "").splitlines():
+        if line.startswith(kind + " "):
+            for part in line.split():
+                if part.startswith("total="):
+                    return int(part[6:]) / 1e6
+    return -1.0
+
+
+def device_stat_file(device: str | None) -> Path | None:
+    if not device:
+        return None
+    d = Path("/sys/dev/block") / device
+    if (d / "partition").exists():
+        d = d.resolve().parent
+    return d / "stat"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    t: float  # monotonic seconds
+    thread_user_s: float
+    thread_sys_s: float
+    thread_run_s: float  # on-CPU (CLOCK_THREAD_CPUTIME_ID)
+    thread_delay_s: float  # schedstat: runnable, not running
+    cg_user_s: float
+    cg_sys_s: float
+    throttled_s: float
+    nr_periods: int
+    nr_throttled: int
+    io_some_s: float
+    io_full_s: float
+    mem_some_s: float
+    cpu_some_s: float
+    disk_busy_s: float
+    disk_read_bytes: int
+
+
+class TokenClock:
+    """Reads every counter of the attribution at one moment, from the thread that decodes."""
+
+    def __init__(self, files: CounterFiles):
+        self.files = files
+        self.dev_stat = device_stat_file(files.device)
+
+    def _cgroup_cpu(self) -> tuple[float, float]:
+        d = self.files.cpuacct_dir
+        if not d:
+            return -1.0, -1.0
+        d = Path(d)
+        if (d / "cpuacct.usage_user").exists():
+            u, s = _read(d / "cpuacct.usage_user"), _read(d / "cpuacct.usage_sys")
+            if u is not None and s is not None:
+                return int(u) / 1e9, int(s) / 1e9
+        st = _keyed(_read(d / "cpu.stat"))
+        if "user_usec" in st:
+            return st["user_usec"] / 1e6, st["system_usec"] / 1e6
+        return -1.0, -1.0
+
+    def _throttle(self) -> tuple[float, int, int]:
+        if not self.files.cpu_stat:
+            return -1.0, -1, -1
+        st = _keyed(_read(self.files.cpu_stat))
+        if "throttled_time" in st:  # v1: ns
+            thr = st["throttled_time"] / 1e9
+        elif "throttled_usec" in st:  # v2: µs
+            thr = st["throttled_usec"] / 1e6
+        else:
+            return -1.0, -1, -1
+        return thr, st.get("nr_periods", -1), st.get("nr_throttled", -1)
+
+    def _pressure(self) -> tuple[float, float, float, float]:
+        d = self.files.pressure_dir
+        if not d:
+            return -1.0, -1.0, -1.0, -1.0
+        io = _read(Path(d) / "io.pressure")
+        return (_psi_total(io, "some"), _psi_total(io, "full"),
+                _psi_total(_read(Path(d) / "memory.pressure"), "some"),
+                _psi_total(_read(Path(d) / "cpu.pressure"), "some"))
+
+    @staticmethod
+    def _thread():
+        # on-CPU time from CLOCK_THREAD_CPUTIME_ID, which brings the running task's runtime up to
+        # date; schedstat's first field lags by up to a tick for the running thread (measured:
+        # 0 ms on-CPU for 1 ms tokens), its run_delay is current while the thread runs
+        sched = (_read("/proc/thread-self/schedstat") or "-1 -1 0").split()
+        return resource.getrusage(resource.RUSAGE_THREAD), [int(time.thread_time_ns()), sched[1]]
+
+    def _disk(self) -> tuple[float, int]:
+        text = _read(self.dev_stat) if self.dev_stat else None
+        if not text:
+            return -1.0, -1
+        f = text.split()
+        return int(f[9]) / 1e3, int(f[2]) * 512  # io_ticks (ms), sectors read
+
+    def read(self, before: bool = True) -> Snapshot:
+        """Before a decode the thread's own counters are read last, after it first, so that the
+        time spent reading the other files falls outside the thread's window as it falls outside
+        the token's wall time."""
+        if not before:
+            ru, sched = self._thread()
+        cg_u, cg_s = self._cgroup_cpu()
+        thr, periods, throttled = self._throttle()
+        io_some, io_full, mem_some, cpu_some = self._pressure()
+        busy, dread = self._disk()
+        if before:
+            ru, sched = self._thread()
+        return Snapshot(
+            t=time.monotonic(), thread_user_s=ru.ru_utime, thread_sys_s=ru.ru_stime,
+            thread_run_s=int(sched[0]) / 1e9, thread_delay_s=int(sched[1]) / 1e9,
+            cg_user_s=cg_u, cg_sys_s=cg_s, throttled_s=thr, nr_periods=periods,
+            nr_throttled=throttled, io_some_s=io_some, io_full_s=io_full, mem_some_s=mem_some,
+            cpu_some_s=cpu_some, disk_busy_s=busy, disk_read_bytes=dread)
+
+
+# the per-token row's attribution columns, in order (tokens.csv)
+PART_FIELDS = ["thread_user_s", "thread_sys_s", "thread_delay_s", "io_wait_s", "unexplained_s",
+               "cg_user_s", "cg_sys_s", "throttled_s", "nr_periods", "nr_throttled", "io_full_s",
+               "mem_stall_s", "cpu_stall_s", "disk_busy_s", "device_read_bytes", "identity_ok"]
+
+
+def parts(a: Snapshot, b: Snapshot, wall: float) -> dict:
+    """A token's parts between two snapshots around its decode (wall: its measured wall time).
+    Counters this machine does not have come out as -1, and the identity is then not checked
+    (identity_ok -1)."""
+
+    def d(name, scale=1.0):
+        x, y = getattr(a, name), getattr(b, name)
+        return (y - x) * scale if x >= 0 and y >= 0 else -1
+
+    io, delay, run = d("io_some_s"), d("thread_delay_s"), d("thread_run_s")
+    # on-CPU time from schedstat (ns); rusage's user/system split is sampled at the tick (4 ms
+    # here), so it only divides that time, and a sub-tick token's split is coarse
+    sys_ = b.thread_sys_s - a.thread_sys_s
+    if run >= 0:
+        sys_ = min(sys_, run)
+        user = run - sys_
+    else:
+        user = b.thread_user_s - a.thread_user_s
+    if io >= 0 and delay >= 0:
+        unexplained = wall - (user + sys_ + delay + io)
+        ok = int(abs(unexplained) <= IDENTITY_TOLERANCE * wall)
+    else:
+        unexplained, ok = -1, -1
+    return {
+        "thread_user_s": user, "thread_sys_s": sys_, "thread_delay_s": delay, "io_wait_s": io,
+        "unexplained_s": unexplained, "cg_user_s": d("cg_user_s"), "cg_sys_s": d("cg_sys_s"),
+        "throttled_s": d("throttled_s"), "nr_periods": int(d("nr_periods")),
+        "nr_throttled": int(d("nr_throttled")), "io_full_s": d("io_full_s"),
+        "mem_stall_s": d("mem_some_s"), "cpu_stall_s": d("cpu_some_s"),
+        "disk_busy_s": d("disk_busy_s"), "device_read_bytes": int(d("disk_read_bytes")),
+        "identity_ok": ok}
+
+
+def sources(files: CounterFiles) -> dict:
+    """Which sources this kernel fills, read once per run into its record: a part whose source is
+    missing is -1 in the rows, and this says why."""
+    clock = TokenClock(files)
+    snap = clock.read()
+    return {
+        "thread_rusage": True,
+        "schedstat": snap.thread_run_s >= 0,
+        "task_delayacct": (_read("/proc/sys/kernel/task_delayacct") or "").strip() or None,
+        "cgroup_cpu": snap.cg_user_s >= 0, "cpu_stat_throttle": snap.throttled_s >= 0,
+        "psi": snap.io_some_s >= 0, "disk_stat": snap.disk_busy_s >= 0,
+        "sched_cfs_bandwidth_slice_us": (_read("/proc/sys/kernel/sched_cfs_bandwidth_slice_us")
+                                         or "").strip() or None,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+    }
+
+
+# --- a run's regime --------------------------------------------------------------------------
+
+
+def stacked(tok) -> dict:
+    """The mean token's wall time by its parts (seconds), as the figure stacks them: the thread's
+    user CPU without the hook, the hook, kernel CPU, throttled wait, other run-queue wait, I/O wait
+    and what stays unexplained. Means, not medians: the parts of a mean add up to its wall time
+    (under a quota, tokens alternate between throttled and not, and a median token has no parts).
+    `tok`: a run's generated-token rows (DataFrame)."""
+    n = max(1, len(tok))
+
+    def mean(col):
+        return float(tok[col].clip(lower=0).sum()) / n if col in tok else 0.0
+
+    hook, delay, wall = mean("hook_s"), mean("thread_delay_s"), mean("wall_s")
+    # cpu.stat's throttled time is summed over the CPUs' run queues; the thread waits on one
+    throttled = min(delay, mean("throttled_s"))
+    out = {"wall_s": wall, "user_s": max(0.0, mean("thread_user_s") - hook), "hook_s": hook,
+           "kernel_s": mean("thread_sys_s"), "throttled_s": throttled,
+           "runqueue_s": max(0.0, delay - throttled), "io_wait_s": mean("io_wait_s")}
+    out["unexplained_s"] = wall - sum(v for k, v in out.items() if k != "wall_s")
+    return out
+
+
+def regime(io_share: float, cpu_share: float) -> str:
+    """The rule: a run is disk-bound when I/O wait is at least BOUND_SHARE of its median token,
+    CPU-bound when on-CPU time plus run-queue wait (the quota's throttling included) is, and mixed
+    otherwise (also when the counters are missing: nan shares)."""
+    if io_share >= BOUND_SHARE:
+        return DISK_BOUND
+    if cpu_share >= BOUND_SHARE:
+        return CPU_BOUND
+    return MIXED
+
+
+def run_attribution(gen) -> dict:
+    """The runs-table columns of the attribution, from a run's generated-token rows (steady: the
+    first generated token excluded when there are others)."""
+    nan = float("nan")
+    cols = {"user_share": nan, "kernel_share": nan, "throttled_share": nan, "runqueue_share": nan,
+            "io_wait_share": nan, "hook_share": nan, "unexplained_share": nan,
+            "disk_busy_share": nan, "identity_ok_share": nan, "throttled_period_share": nan,
+            "regime": MIXED}
+    if gen.empty or "io_wait_s" not in gen or (gen.io_wait_s < 0).all():
+        return cols
+    steady = gen.iloc[1:] if len(gen) > 1 else gen
+    s = stacked(steady)
+    wall = s["wall_s"]  # the mean steady token
+    if not wall > 0:
+        return cols
+    for k in ("user", "kernel", "throttled", "runqueue", "io_wait", "hook", "unexplained"):
+        cols[f"{k}_share"] = s[f"{k}_s"] / wall
+    busy = steady.disk_busy_s[steady.disk_busy_s >= 0]
+    cols["disk_busy_share"] = float(busy.sum() / steady.wall_s.sum()) if len(busy) else nan
+    checked = steady.identity_ok[steady.identity_ok >= 0]
+    cols["identity_ok_share"] = float(checked.mean()) if len(checked) else nan
+    periods = steady.nr_periods[steady.nr_periods >= 0].sum()
+    if periods > 0:
+        cols["throttled_period_share"] = float(steady.nr_throttled[steady.nr_throttled >= 0].sum()
+                                               / periods)
+    cpu = cols["user_share"] + cols["hook_share"] + cols["kernel_share"] + cols["throttled_share"] \
+        + cols["runqueue_share"]
+    cols["regime"] = regime(cols["io_wait_share"], cpu)
+    return cols
