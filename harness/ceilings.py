@@ -14,15 +14,17 @@ import json
 import logging
 import mmap
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from harness import pagecache
+from harness import libc, measurelock, pagecache
 from harness.contract import Status
 from harness.limits import Limits, RunCgroup
 from harness.supervise import utcnow
+from harness.util import left_by_dead_process, owner_tag
 
 log = logging.getLogger(__name__)
 
@@ -61,19 +63,48 @@ def make_test_file(path: Path, nbytes: int) -> None:
     pagecache.evict(path)
 
 
-def in_cgroup(limits: Limits, argv: list[str], env=None, stdout=None, stderr=None) -> tuple[int, dict]:
-    """Run argv inside a fresh cgroup with the limits; returns (exit code, limits in force)."""
-    with RunCgroup(limits) as cg:
-        res = subprocess.run(argv, env=env, stdout=stdout, stderr=stderr,
-                             preexec_fn=cg.enter if cg.dirs else None)
-        return res.returncode, dict(cg.in_force, peak_cgroup_bytes=cg.peak_bytes(),
-                                    oom_killed=cg.oom_killed())
+# no external measurement may run unbounded: llama-bench on a throttled box takes minutes, not hours
+EXTERNAL_TIME_LIMIT_S = 3600
+
+
+def in_cgroup(limits: Limits, argv: list[str], env=None, stdout=None, stderr=None,
+              time_limit_s: float = EXTERNAL_TIME_LIMIT_S) -> tuple[int, dict]:
+    """Run argv inside a fresh cgroup with the limits, under the machine's measurement lock and a
+    time limit; returns (exit code, limits in force). The child dies with this process, and on
+    SIGTERM/SIGINT everything in the cgroup is killed before the cgroup is removed."""
+    def preexec():
+        libc.die_with_parent(signal.SIGKILL)
+        if cg.dirs:
+            cg.enter()
+
+    with measurelock.interruptible(), measurelock.exclusive(" ".join(argv[:3])), \
+            RunCgroup(limits) as cg:
+        try:
+            res = subprocess.run(argv, env=env, stdout=stdout, stderr=stderr, preexec_fn=preexec,
+                                 timeout=time_limit_s)
+            rc = res.returncode
+        except subprocess.TimeoutExpired:
+            log.warning(f"{argv[0]} passed its time limit of {time_limit_s:.0f} s: killed")
+            rc = -signal.SIGKILL
+        finally:
+            cg.kill_all()
+        return rc, dict(cg.in_force, peak_cgroup_bytes=cg.peak_bytes(),
+                        oom_killed=cg.oom_killed())
 
 
 def io_ceiling(scratch_dir: Path, samples_mib: list[int], limits: Limits) -> list[dict]:
     scratch_dir.mkdir(parents=True, exist_ok=True)
-    test = scratch_dir / ".io-ceiling.bin"
+    # a killed measurement's test file (its name carries the pid) is removed by the next one
+    for left in left_by_dead_process(scratch_dir.glob(".io-*")):
+        left.unlink(missing_ok=True)
+    test = scratch_dir / f".io-{owner_tag()}-ceiling.bin"
     total = sum(samples_mib) << 20
+    with measurelock.interruptible():  # SIGTERM runs the finally below: no 2.5 GiB file is left
+        return _io_samples(test, scratch_dir, samples_mib, limits, total)
+
+
+def _io_samples(test: Path, scratch_dir: Path, samples_mib: list[int], limits: Limits,
+                total: int) -> list[dict]:
     rows = []
     try:
         make_test_file(test, total)
@@ -82,7 +113,7 @@ def io_ceiling(scratch_dir: Path, samples_mib: list[int], limits: Limits) -> lis
             argv = [sys.executable, "-m", "harness.ceilings", "odirect", str(test), str(offset),
                     str(mib << 20)]
             start = utcnow()
-            res_path = scratch_dir / f".io-{i}.json"
+            res_path = scratch_dir / f".io-{owner_tag()}-{i}.json"
             with open(res_path, "w") as out:
                 rc, in_force = in_cgroup(limits, argv, stdout=out)
             if rc != 0:
@@ -97,6 +128,8 @@ def io_ceiling(scratch_dir: Path, samples_mib: list[int], limits: Limits) -> lis
             offset += mib << 20
     finally:
         test.unlink(missing_ok=True)
+        for left in scratch_dir.glob(f".io-{owner_tag()}-*"):
+            left.unlink(missing_ok=True)
     return rows
 
 

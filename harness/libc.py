@@ -34,6 +34,16 @@ lib.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ct
 SYNC_FILE_RANGE_WRITE = 2  # start writeback of the dirty pages in the range, from this process
 
 
+lib.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int) -> None:
+    """Ask the kernel to send `sig` to this process when the thread that started it exits (used
+    in a child between fork and exec: a measured process never outlives its supervisor)."""
+    check(lib.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+
+
 def check(rc: int, what: str) -> None:
     if rc != 0:
         err = ctypes.get_errno()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.attribution import CounterFiles
 from harness.box import BoxError, DeviceReadahead
-from harness.util import left_by_dead_process
+from harness.util import left_by_dead_process, owner_tag
 
 CGROOT = Path("/sys/fs/cgroup")
 PARENT = "moe-offload-bench"
@@ -119,7 +119,7 @@ class RunCgroup:
         lim = self.limits
         wanted = any(v is not None for v in (lim.ram_bytes, lim.read_bps, lim.write_bps,
                                               lim.cpu_quota, lim.read_ahead_kb))
-        self.name = f"run-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.name = f"run-{owner_tag()}-{uuid.uuid4().hex[:8]}"
         try:
             if self.version is not None:
                 self._create()
@@ -216,6 +216,23 @@ class RunCgroup:
                 k, _, v = line.partition(" ")
                 out[k] = int(v)
         return out
+
+    def kill_all(self, timeout_s: float = 10.0) -> None:
+        """SIGKILL every task still in the run's cgroups and wait for them to leave: nothing of a
+        stopped measurement goes on measuring."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pids = set()
+            for f in self.procs_files:
+                with contextlib.suppress(OSError):
+                    pids.update(int(x) for x in f.read_text().split())
+            pids.discard(os.getpid())
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, 9)
+            time.sleep(0.05)
 
     def close(self) -> None:
         if self.readahead is not None:

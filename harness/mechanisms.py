@@ -510,6 +510,19 @@ class Lookahead(Mechanism):
         self.base.close()
 
 
+def writes_model(name: str, options: dict) -> bool:
+    """Whether a mechanism with these options writes into the weights' mapping, directly or
+    through the base mechanism it wraps (lookahead's lookahead_base): such a run is given a
+    scratch copy of the model, whatever option led there."""
+    cls = REGISTRY.get(name)
+    if cls is None:
+        return False
+    if cls.needs_scratch_copy:
+        return True
+    base = options.get("lookahead_base") if "lookahead_base" in cls.options else None
+    return bool(base) and base != name and writes_model(base, {})
+
+
 def make(name: str, model: MappedModel, **options) -> Mechanism:
     if name not in REGISTRY:
         raise KeyError(f"unknown mechanism {name!r}; known: {', '.join(sorted(REGISTRY))}")

@@ -22,13 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import attribution, pagecache
+from harness import attribution, libc, measurelock, pagecache
 from harness.box import BoxRecord
 from harness.contract import Status, WorkerParams
 from harness.limits import Limits, RunCgroup
 from harness.machine import machine_info
-from harness.mechanisms import REGISTRY
-from harness.util import atomic_path, atomic_write_json, left_by_dead_process, sha256_file
+from harness.mechanisms import REGISTRY, writes_model
+from harness.util import atomic_path, atomic_write_json, left_by_dead_process, owner_tag, sha256_file
 from harness.model_file import check_header
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,38 @@ STATUS_OK, STATUS_MEM, STATUS_TIME, STATUS_FAILED = (s.value for s in Status)
 
 class RunFailed(RuntimeError):
     pass
+
+
+def pipeline_pid() -> int | None:
+    """The Snakemake process this one runs under (the nearest ancestor whose command line names
+    snakemake), else the parent: the process whose death stops a measurement. Snakemake starts a
+    script through a shell, so the parent alone may outlive it."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for proc in psutil.Process().parents():
+            if any("snakemake" in part for part in proc.cmdline()[:3]):
+                return proc.pid
+    return os.getppid()
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return Path(f"/proc/{pid}").exists() and "Z" not in _proc_state(pid)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
 
 
 def utcnow() -> str:
@@ -64,9 +96,12 @@ def _finalize_csv(part: Path, dst: Path, header: str) -> int:
     return len(lines) - 1
 
 
-def _wait_with_progress(proc, worker_log: Path, time_limit_s) -> tuple[int, bool]:
+def _wait_with_progress(proc, worker_log: Path, time_limit_s, watch_pid: int | None = None
+                        ) -> tuple[int, bool]:
     """Wait for the worker, relaying its progress lines (tokens done, tok/s so far) to our log,
-    and SIGKILL it past the time limit. Returns (exit code, timed out)."""
+    and SIGKILL it past the time limit. Returns (exit code, timed out). Raises Interrupted when
+    `watch_pid` (the pipeline that started the run) is gone: a measurement nobody will read must
+    not go on beside the next one."""
     deadline = time.monotonic() + time_limit_s if time_limit_s else None
     pos = 0
     while True:
@@ -85,6 +120,8 @@ def _wait_with_progress(proc, worker_log: Path, time_limit_s) -> tuple[int, bool
         if deadline is not None and time.monotonic() > deadline:
             proc.send_signal(signal.SIGKILL)
             return proc.wait(), True
+        if not _alive(watch_pid):
+            raise measurelock.Interrupted(f"the process that started this run (pid {watch_pid}) is gone")
     return rc, False
 
 
@@ -97,45 +134,79 @@ def _reap_leftovers(*dirs: Path) -> None:
 
 
 def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_info: dict,
-        layout_path: str, limits: Limits, time_limit_s: float | None) -> dict:
-    """spec: the run's configuration (run_id, model, mechanism, switches, prompt, tokens, ...)."""
+        layout_path: str, limits: Limits, time_limit_s: float | None,
+        watch_pid: int | None = None) -> dict:
+    """spec: the run's configuration (run_id, model, mechanism, switches, prompt, tokens, ...).
+    watch_pid: a process whose death stops the run (the Snakemake that started it)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model_path = model_info["path"]
     _check_inputs(model_path, json.loads(Path(layout_path).read_text()), limits)
-    _reap_leftovers(out, Path(model_path).parent)
-    work = Path(tempfile.mkdtemp(prefix=f".work-{os.getpid()}-", dir=out))
-    scratch = None
-    cg = RunCgroup(limits)
-    record = {"run_id": spec["run_id"], "spec": spec, "status": None}
-    try:
-        run_model, scratch = _model_to_run(spec, model_path)
-        res_before, res_after_evict = pagecache.cold_start(run_model)
-        if spec.get("warm"):
-            res_after_evict = pagecache.warm(run_model)
-        cg.open()
-        WorkerParams(
-            out_dir=str(work), layout=layout_path, lib_dir=lib_dir, model_path=run_model,
-            mechanism=spec["mechanism"], prompt=spec["prompt"], tokens=spec["tokens"],
-            threads=spec["threads"], mlock_non_expert=spec["mlock_non_expert"],
-            log_experts=spec["log_experts"], mechanism_options=spec.get("mechanism_options", {}),
-            cgroup_io_stat=cg.io_stat_file, evict_after_load=spec.get("evict_after_load", False),
-            hook=spec.get("hook", "native"), hook_lib=build.get("hook_lib"),
-            hook_ab=spec.get("hook_ab", False), counters=cg.counter_files().as_dict(),
-        ).write(work / "params.json")
-        record.update(start_utc=utcnow(), residency_before=res_before,
-                      residency_at_start=res_after_evict)
-        record.update(_measure(work, cg, lib_dir, time_limit_s))
-        record["residency_after"] = pagecache.residency(run_model)
-        record.update(_collect(work, out, spec))
-        record.update(_provenance(limits, time_limit_s, cg, model_info, build))
-        record["attribution_sources"] = attribution.sources(cg.counter_files())
-        return _finish(record, out, work, model_path)
-    finally:
-        cg.close()
-        shutil.rmtree(work, ignore_errors=True)
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+    with measurelock.interruptible(), measurelock.exclusive(f"run {spec['run_id']} rep {spec.get('repeat')}"):
+        _check_model_unchanged(model_info)
+        model_stat = _stat_key(model_path)
+        _reap_leftovers(out, Path(model_path).parent)
+        for stale in (out / "run.incomplete.json", out / "run.failed.json"):
+            stale.unlink(missing_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".work-{owner_tag()}-", dir=out))
+        scratch = None
+        cg = RunCgroup(limits)
+        record = {"run_id": spec["run_id"], "spec": spec, "status": None}
+        try:
+            run_model, scratch = _model_to_run(spec, model_path)
+            res_before, res_after_evict = pagecache.cold_start(run_model)
+            if spec.get("warm"):
+                res_after_evict = pagecache.warm(run_model)
+            cg.open()
+            WorkerParams(
+                out_dir=str(work), layout=layout_path, lib_dir=lib_dir, model_path=run_model,
+                mechanism=spec["mechanism"], prompt=spec["prompt"], tokens=spec["tokens"],
+                threads=spec["threads"], mlock_non_expert=spec["mlock_non_expert"],
+                log_experts=spec["log_experts"],
+                mechanism_options=spec.get("mechanism_options", {}),
+                cgroup_io_stat=cg.io_stat_file, evict_after_load=spec.get("evict_after_load", False),
+                hook=spec.get("hook", "native"), hook_lib=build.get("hook_lib"),
+                hook_ab=spec.get("hook_ab", False), counters=cg.counter_files().as_dict(),
+            ).write(work / "params.json")
+            record.update(start_utc=utcnow(), residency_before=res_before,
+                          residency_at_start=res_after_evict, scratch_copy=scratch is not None)
+            record.update(_measure(work, cg, lib_dir, time_limit_s, watch_pid))
+            record["residency_after"] = pagecache.residency(run_model)
+            record.update(_collect(work, out, spec))
+            record.update(_provenance(limits, time_limit_s, cg, model_info, build, model_stat))
+            record["attribution_sources"] = attribution.sources(cg.counter_files())
+            return _finish(record, out, work, model_path)
+        except BaseException as exc:
+            if not isinstance(exc, RunFailed):
+                # what was measured is not a result: say so beside where the result would be
+                atomic_write_json(out / "run.incomplete.json", {
+                    **record, "status": "incomplete", "reason": f"{type(exc).__name__}: {exc}",
+                    "end_utc": utcnow()})
+            raise
+        finally:
+            cg.kill_all()
+            cg.close()
+            shutil.rmtree(work, ignore_errors=True)
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stat_key(path: str) -> tuple:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _check_model_unchanged(model_info: dict) -> None:
+    """The model's sha256 against the one recorded when it was made, before anything is measured:
+    a changed file stops the pipeline instead of producing numbers for a different model."""
+    want = model_info.get("sha256")
+    if not want:
+        return
+    got = sha256_file(model_info["path"])
+    if got != want:
+        raise RunFailed(f"model file {model_info['path']} has changed since it was made (sha256 "
+                        f"{got[:16]}..., recorded {want[:16]}...): measurements would describe a "
+                        "different model. Delete it and its .info.json to have it made again.")
 
 
 def _check_inputs(model_path: str, layout: dict, limits: Limits) -> None:
@@ -148,15 +219,27 @@ def _check_inputs(model_path: str, layout: dict, limits: Limits) -> None:
 def _model_to_run(spec: dict, model_path: str) -> tuple[str, Path | None]:
     """The model file itself, or for a mechanism that writes into the mapping a copy beside it
     (deleted by the caller): the model file is never written."""
-    if not REGISTRY[spec["mechanism"]].needs_scratch_copy:
+    if not writes_model(spec["mechanism"], spec.get("mechanism_options", {})):
         return model_path, None
-    scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{os.getpid()}-", dir=Path(model_path).parent))
+    scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{owner_tag()}-", dir=Path(model_path).parent))
     run_model = str(scratch / Path(model_path).name)
-    shutil.copyfile(model_path, run_model)
+    try:
+        shutil.copyfile(model_path, run_model)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)  # a full disk leaves no partial copy
+        raise
     return run_model, scratch
 
 
-def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s) -> dict:
+def _worker_preexec(cg: RunCgroup):
+    def preexec():
+        libc.die_with_parent(signal.SIGKILL)  # never outlives the supervisor, however it dies
+        if cg.dirs:
+            cg.enter()
+    return preexec
+
+
+def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, watch_pid=None) -> dict:
     """The measured process in the run's cgroup, and what the kernel did beside it."""
     env = dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir)
     box = BoxRecord(cg.in_force.get("device")).begin()
@@ -164,8 +247,13 @@ def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s) -> dict:
     with open(work / "worker.log", "w") as wlog:
         proc = subprocess.Popen([sys.executable, "-m", "harness.worker", str(work / "params.json")],
                                 stdout=wlog, stderr=subprocess.STDOUT, env=env,
-                                preexec_fn=cg.enter if cg.dirs else None)
-        rc, timed_out = _wait_with_progress(proc, work / "worker.log", time_limit_s)
+                                preexec_fn=_worker_preexec(cg))
+        try:
+            rc, timed_out = _wait_with_progress(proc, work / "worker.log", time_limit_s, watch_pid)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
     wall = time.monotonic() - t0
     return {"wall_s": wall, "end_utc": utcnow(), "exit_code": rc,
             "status": Status.of(rc, timed_out=timed_out, oom_killed=cg.oom_killed()).value,
@@ -191,9 +279,11 @@ def _collect(work: Path, out: Path, spec: dict) -> dict:
             "summary": summary}
 
 
-def _provenance(limits: Limits, time_limit_s, cg: RunCgroup, model_info: dict, build: dict) -> dict:
+def _provenance(limits: Limits, time_limit_s, cg: RunCgroup, model_info: dict, build: dict,
+                model_stat: tuple) -> dict:
     model_path = model_info["path"]
-    after = sha256_file(model_path)
+    # the sha256 was checked before the run; any write since would have changed size or mtime
+    unchanged = _stat_key(model_path) == model_stat
     return {
         "limits_in_force": cg.in_force,
         "limits_requested": {"ram_bytes": limits.ram_bytes, "read_bps": limits.read_bps,
@@ -201,7 +291,7 @@ def _provenance(limits: Limits, time_limit_s, cg: RunCgroup, model_info: dict, b
                              "read_ahead_kb": limits.read_ahead_kb, "time_limit_s": time_limit_s},
         "model": {k: model_info.get(k) for k in ("name", "path", "sha256", "synthetic", "seed",
                                                  "quant", "source", "staged_from")},
-        "model_sha256_after": after, "model_unchanged": after == model_info.get("sha256"),
+        "model_sha256_checked_before": model_info.get("sha256"), "model_unchanged": unchanged,
         "build": {k: build.get(k) for k in ("commit", "patch_sha256", "cmake_flags", "key",
                                             "source_kind", "file_advice", "hook_lib")},
         "machine": machine_info()}

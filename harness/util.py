@@ -44,6 +44,17 @@ def atomic_write_json(path: os.PathLike, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
+def host_tag() -> str:
+    """8 hex digits naming this host: on a file system shared by several nodes, a leftover is
+    judged only by the node that made it (another node's pids mean nothing here)."""
+    return hashlib.sha256(os.uname().nodename.encode()).hexdigest()[:8]
+
+
+def owner_tag() -> str:
+    """<pid>-<host>: what names of work, scratch and ceiling files carry after their prefix."""
+    return f"{os.getpid()}-{host_tag()}"
+
+
 def owner_pid(path: Path) -> int | None:
     """The pid in a name of the form <prefix>-<pid>-<rest> (cgroups, work and scratch dirs)."""
     try:
@@ -55,9 +66,16 @@ def owner_pid(path: Path) -> int | None:
 def left_by_dead_process(paths) -> list[Path]:
     """Those of `paths` whose owner (see owner_pid) is neither alive nor this process: what a
     supervisor killed before its cleanup left behind. A live owner's paths are never returned."""
-    out = []
+    out, host = [], host_tag()
     for p in paths:
+        parts = p.name.lstrip(".").split("-")
+        if len(parts) > 2 and len(parts[2]) == 8 and parts[2] != host and _is_hex(parts[2]):
+            continue  # another node's: its pid says nothing about this node's processes
         pid = owner_pid(p)
         if pid is not None and pid != os.getpid() and not Path(f"/proc/{pid}").exists():
             out.append(p)
     return out
+
+
+def _is_hex(s: str) -> bool:
+    return all(c in "0123456789abcdef" for c in s)

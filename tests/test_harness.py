@@ -106,7 +106,7 @@ def test_mlock_records_non_expert_bytes(all_runs, tiny_models):
 def test_write_in_place_leaves_model_file_unchanged(all_runs, tiny_models):
     rec, d = all_runs["write-in-place"]
     model = tiny_models["olmoe-tiny-Q4_K_M"]
-    assert sha256_file(model["gguf"]) == model["info"]["sha256"] == rec["model_sha256_after"]
+    assert sha256_file(model["gguf"]) == model["info"]["sha256"] == rec["model_sha256_checked_before"]
     assert rec["model_unchanged"] is True
     assert not list(d.parent.glob(".scratch-*"))
 

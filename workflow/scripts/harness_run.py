@@ -22,4 +22,4 @@ supervise.run(spec, Path(snakemake.output.record).parent, lib_dir=manifest["lib_
               model_info=info, layout_path=snakemake.input.layout,
               limits=profile_limits(snakemake.params.config, info["path"],
                                    cpu_quota=cpu_quota_of(snakemake.input.quota)),
-              time_limit_s=spec["time_limit_s"])
+              time_limit_s=spec["time_limit_s"], watch_pid=supervise.pipeline_pid())

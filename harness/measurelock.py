@@ -1,0 +1,107 @@
+"""One measurement at a time on a machine, and a measurement that stops cleanly: a lock that every measuring step (a harness run, the
+I/O ceiling, llama-bench ceilings and calibrations) holds while it measures.
+
+The lock is an flock(2) on a file in the state directory (tmpfs, node-local), so the kernel
+releases it when its holder dies, however it dies: a lock whose holder is dead is recovered, not
+obeyed. The file names the holder (pid, what it measures, since when) so that a second
+measurement that cannot get it says who has it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+from harness.box import STATE_DIR
+
+log = logging.getLogger(__name__)
+LOCK_NAME = "measurement.lock"
+# how long a measurement waits for another one (the previous job's cleanup, typically) to finish
+WAIT_S = float(os.environ.get("MOE_BENCH_LOCK_WAIT_S", "60"))
+
+
+class MeasurementBusy(RuntimeError):
+    pass
+
+
+class Interrupted(BaseException):
+    """A signal (SIGTERM, SIGINT, SIGHUP) or the death of the pipeline that started the run: the
+    measurement is stopped and undone, and the run is left marked incomplete. A BaseException, so
+    that no `except Exception` on the way swallows it."""
+
+
+INTERRUPT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def interruptible():
+    """Turn the stopping signals into Interrupted while a run is measured (main thread only: a
+    signal handler cannot be set elsewhere), and put the old handlers back afterwards."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, _frame):
+        raise Interrupted(f"stopped by {signal.Signals(signum).name}")
+
+    old = {sig: signal.signal(sig, handler) for sig in INTERRUPT_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def holder(path: Path | None = None) -> dict:
+    """What the lock file says of its holder ({} if nothing readable)."""
+    path = path or STATE_DIR / LOCK_NAME
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(path.read_text() or "{}")
+    return {}
+
+
+@contextlib.contextmanager
+def exclusive(what: str, wait_s: float | None = None, state_dir: Path | None = None):
+    """Hold the machine's measurement lock while the block runs. Waits up to `wait_s` for a live
+    holder, then raises MeasurementBusy naming it."""
+    wait_s = WAIT_S if wait_s is None else wait_s
+    d = state_dir or STATE_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait_s
+        said = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                h = holder(path)
+                if time.monotonic() >= deadline:
+                    raise MeasurementBusy(
+                        f"another measurement is running on this machine: {h.get('what', '?')} "
+                        f"(pid {h.get('pid', '?')}, since {h.get('since', '?')}); measurements "
+                        f"must not overlap. Wait for it, or stop it (kill {h.get('pid', '<pid>')})"
+                    ) from None
+                if not said:
+                    log.info(f"waiting for the measurement lock, held by pid {h.get('pid')} "
+                             f"({h.get('what')})")
+                    said = True
+                time.sleep(0.5)
+        # the previous holder's words (a dead pid, planted or left by a kill) are replaced
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "what": what, "since": dt.datetime.now(
+            dt.UTC).isoformat(timespec="seconds")}).encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # releases the flock

@@ -1,0 +1,218 @@
+"""Faults a user produces: a killed pipeline, a second measurement, a changed model, a full disk,
+a killed I/O ceiling. After each, the machine is as before (no run cgroup, read-ahead restored, no
+large leftover), the model unchanged, and a rerun completes."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from harness import measurelock, supervise
+from harness.box import read_ahead_file
+from harness.config import adhoc_spec
+from harness.limits import CGROOT, PARENT, Limits, block_device_of, cgroup_version
+from harness.util import host_tag, sha256_file
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_cgroups = pytest.mark.skipif(cgroup_version() is None, reason="needs writable cgroups")
+
+
+def run_cgroups() -> list[Path]:
+    return [d for c in ("memory", "blkio", "cpu", "cpuacct", "unified")
+            for d in (CGROOT / c / PARENT).glob("run-*")]
+
+
+def processes_under(path: Path) -> list[psutil.Process]:
+    """Live processes that work in `path` (Snakemake's --directory) or name it."""
+    out = []
+    for p in psutil.process_iter(["cmdline", "status", "cwd"]):
+        if p.info["status"] == psutil.STATUS_ZOMBIE or p.pid == os.getpid():
+            continue
+        if str(p.info["cwd"] or "").startswith(str(path)) or any(
+                str(path) in part for part in (p.info["cmdline"] or [])):
+            out.append(p)
+    return out
+
+
+def _workflow_dir(tmp_path) -> Path:
+    shutil.copytree(ROOT / ".test" / "config", tmp_path / "config")
+    cfg = yaml.safe_load((tmp_path / "config/experiments.yaml").read_text())
+    cfg["experiments"] = {"long": {"model": "olmoe-q4", "mechanism": "pread+madvise",
+                                   "tokens": 1500, "repeats": 1}}
+    # a tenth of a CPU: the 1500 tokens take minutes, so the kill lands mid-generation
+    cfg["profiles"][cfg["profile"]]["cpu_quota"] = 0.1
+    (tmp_path / "config/experiments.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return tmp_path
+
+
+@needs_cgroups
+@pytest.mark.parametrize("who", ["snakemake-kill-9", "job-term"])
+def test_a_killed_pipeline_stops_the_measurement_and_undoes_it(tmp_path, who):
+    """SIGKILL to Snakemake alone (not its process group), or SIGTERM to the job's supervisor.
+    (SIGTERM to Snakemake itself is its graceful stop: it lets the running job finish.)"""
+    work = _workflow_dir(tmp_path)
+    target = "results/runs/long/rep1/run.json"
+    ra = read_ahead_file(block_device_of(work)).read_text()  # the device's own, before any run
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+                             "--directory", str(work), "--cores", "2", target],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    run_dir = work / "results/runs/long/rep1"
+    deadline = time.time() + 600
+    while time.time() < deadline and not list(run_dir.glob(".work-*/tokens.csv.part")):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    workers = [p for p in processes_under(work) if "harness.worker" in " ".join(p.cmdline())]
+    assert workers, "no worker found measuring"
+    if who == "snakemake-kill-9":
+        os.kill(proc.pid, signal.SIGKILL)  # Snakemake alone: its job must notice by itself
+    else:
+        job = [p for p in processes_under(work) if "harness_run.py" in " ".join(p.cmdline())]
+        assert len(job) == 1
+        job[0].send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    gone, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive, "the worker went on measuring after Snakemake died"
+    deadline = time.time() + 30
+    while time.time() < deadline and (run_cgroups() or processes_under(work)):
+        time.sleep(0.5)
+    assert not processes_under(work), "a process of the run survived"
+    assert not run_cgroups(), "the run's cgroup was left behind"
+    assert read_ahead_file(block_device_of(work)).read_text() == ra
+    assert not list(run_dir.glob(".work-*")) and not (run_dir / "run.json").exists()
+    marker = json.loads((run_dir / "run.incomplete.json").read_text())
+    assert marker["status"] == "incomplete"
+    assert ("gone" if who == "snakemake-kill-9" else "SIGTERM") in marker["reason"]
+    # the rerun completes (a hard kill leaves Snakemake's own lock: --unlock, as the README says)
+    cfg = yaml.safe_load((work / "config/experiments.yaml").read_text())
+    cfg["experiments"]["long"]["tokens"] = 4
+    (work / "config/experiments.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    base = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+            str(work), "--cores", "2"]
+    subprocess.run(base + ["--unlock"], check=True, capture_output=True)
+    res = subprocess.run(base + [target], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (run_dir / "run.json").exists() and not (run_dir / "run.incomplete.json").exists()
+
+
+def test_a_second_measurement_waits_then_names_the_first(tmp_path, monkeypatch):
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.path.insert(0, %r)\n"
+        "from pathlib import Path\nfrom harness import measurelock\n"
+        "with measurelock.exclusive('run held-by-test', state_dir=Path(%r)):\n"
+        "    print('held', flush=True); time.sleep(60)") % (str(ROOT), str(tmp_path))],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        with pytest.raises(measurelock.MeasurementBusy, match=rf"held-by-test \(pid {holder.pid}"):
+            with measurelock.exclusive("second", wait_s=1.0, state_dir=tmp_path):
+                pass
+        assert time.monotonic() - t0 >= 1.0  # it waited first
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder is dead: its lock is recovered, not obeyed
+    with measurelock.exclusive("third", wait_s=0, state_dir=tmp_path):
+        assert measurelock.holder(tmp_path / measurelock.LOCK_NAME)["pid"] == os.getpid()
+
+
+def test_a_planted_stale_lock_is_recovered(tmp_path):
+    (tmp_path / measurelock.LOCK_NAME).write_text(json.dumps(
+        {"pid": 999999, "what": "a run killed long ago", "since": "2026-01-01T00:00:00"}))
+    with measurelock.exclusive("new", wait_s=0, state_dir=tmp_path):
+        assert measurelock.holder(tmp_path / measurelock.LOCK_NAME)["what"] == "new"
+
+
+def _run(manifest, model_info, layout, out, **kw):
+    s = adhoc_spec("fault", Path(model_info["path"]).stem, kw.pop("mechanism", "none"),
+                   tokens=4, time_limit_s=120, **kw)
+    return supervise.run(s, out, lib_dir=manifest["lib_dir"], build=manifest,
+                         model_info=model_info, layout_path=layout,
+                         limits=Limits(device_path=model_info["path"]), time_limit_s=120)
+
+
+def test_a_flipped_byte_in_the_model_stops_the_run_before_it_measures(manifest, tiny_models,
+                                                                       tmp_path):
+    m = tiny_models["olmoe-tiny-Q4_K_M"]
+    copy = tmp_path / "model.gguf"
+    shutil.copyfile(m["gguf"], copy)
+    with open(copy, "r+b") as f:
+        f.seek(os.path.getsize(copy) - 100)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0xFF]))
+    info = dict(m["info"], path=str(copy))
+    with pytest.raises(supervise.RunFailed, match="has changed since it was made"):
+        _run(manifest, info, m["layout"], tmp_path / "out")
+    assert not (tmp_path / "out" / "tokens.csv").exists() and not run_cgroups()
+
+
+def test_lookahead_over_write_in_place_runs_on_a_scratch_copy(manifest, tiny_models, tmp_path):
+    m = tiny_models["olmoe-tiny-Q4_K_M"]
+    rec = _run(manifest, m["info"], m["layout"], tmp_path / "out", mechanism="lookahead",
+               lookahead_base="write-in-place")
+    assert rec["status"] == "ok" and rec["scratch_copy"] is True
+    assert sha256_file(m["gguf"]) == m["info"]["sha256"] and rec["model_unchanged"]
+    assert not list(Path(m["gguf"]).parent.glob(".scratch-*"))
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mnt)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_a_full_disk_during_the_scratch_copy_leaves_no_partial_copy(manifest, tiny_models,
+                                                                    small_tmpfs, tmp_path):
+    m = tiny_models["olmoe-tiny-Q4_K_M"]  # 24 MB: the copy of it does not fit in 40 MB
+    model = small_tmpfs / "model.gguf"
+    shutil.copyfile(m["gguf"], model)
+    info = dict(m["info"], path=str(model))
+    with pytest.raises(OSError):
+        _run(manifest, info, m["layout"], tmp_path / "out", mechanism="write-in-place")
+    assert sorted(p.name for p in small_tmpfs.iterdir()) == ["model.gguf"]
+    assert (tmp_path / "out" / "run.incomplete.json").exists() and not run_cgroups()
+    assert sha256_file(model) == m["info"]["sha256"]
+
+
+@needs_cgroups
+def test_a_killed_io_ceiling_leaves_no_test_file(tmp_path):
+    code = ("import sys; sys.path.insert(0, %r)\nfrom pathlib import Path\n"
+            "from harness.ceilings import io_ceiling\nfrom harness.limits import Limits\n"
+            "io_ceiling(Path(%r), [64, 64], Limits(read_bps=2_000_000, device_path=%r))"
+            ) % (str(ROOT), str(tmp_path), str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.time() + 120
+    while time.time() < deadline and not run_cgroups():  # reading, throttled to 2 MB/s
+        time.sleep(0.2)
+    time.sleep(1.0)
+    assert proc.poll() is None and list(tmp_path.glob(".io-*"))
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert not list(tmp_path.glob(".io-*")), "SIGTERM left the I/O ceiling's test file"
+    assert not run_cgroups()
+
+
+def test_the_reaper_judges_only_its_own_hosts_leftovers(tmp_path):
+    from harness.util import left_by_dead_process
+
+    mine_dead = tmp_path / f".io-999999-{host_tag()}-ceiling.bin"
+    other_host = tmp_path / ".io-999999-0badcafe-ceiling.bin"
+    mine_live = tmp_path / f".io-{os.getpid()}-{host_tag()}-ceiling.bin"
+    for p in (mine_dead, other_host, mine_live):
+        p.write_text("x")
+    assert left_by_dead_process([mine_dead, other_host, mine_live]) == [mine_dead]
