@@ -83,7 +83,9 @@ def test_a_cached_model_under_a_tiny_quota_is_cpu_bound_and_a_cold_one_on_a_slow
     cpu = _run(manifest, model, tmp_path / "cpu", Limits(cpu_quota=0.05, device_path=model["gguf"]),
                warm=True)
     assert cpu["regime"] == CPU_BOUND, cpu
-    assert cpu["throttled_share"] > 0.5 and cpu["io_wait_share"] < 0.05
+    # waiting for CPU: mostly the quota's throttling; on a busy box partly other processes
+    assert cpu["throttled_share"] + cpu["runqueue_share"] > 0.5, cpu
+    assert cpu["io_wait_share"] < 0.05, cpu
     disk = _run(manifest, model, tmp_path / "disk",
                 Limits(read_bps=1_000_000, read_ahead_kb=0, device_path=model["gguf"]),
                 evict_after_load=True)
