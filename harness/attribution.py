@@ -32,6 +32,10 @@ import resource
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the measured process never imports pandas for this module
+    import pandas as pd
 
 IDENTITY_TOLERANCE = 0.10  # the parts explain a token's wall time within 10%, or the row says not
 
@@ -306,3 +310,31 @@ def run_attribution(gen) -> dict:
         + cols["runqueue_share"]
     cols["regime"] = regime(cols["io_wait_share"], cpu)
     return cols
+
+
+PARTS = ("io_wait", "kernel", "user", "hook", "throttled", "runqueue", "unexplained")
+
+
+def per_configuration(runs: pd.DataFrame) -> pd.DataFrame:
+    """The mean steady token of each configuration, in seconds by part (medians over its ok
+    repeats), with its regime: the table the attribution figure draws. Runs recorded before the
+    attribution (no shares) are left out."""
+    import pandas as pd
+
+    if "io_wait_share" not in runs:
+        return pd.DataFrame()
+    ok = runs[(runs.status == "ok") & runs.io_wait_share.notna()
+              & (runs.steady_tok_per_s > 0)].copy()
+    if ok.empty:
+        return pd.DataFrame()
+    wall = 1.0 / ok.steady_tok_per_s
+    for part in PARTS:
+        ok[f"{part}_s"] = ok[f"{part}_share"] * wall
+    ok["token_s"] = wall
+    cols = ["token_s"] + [f"{p}_s" for p in PARTS] + ["identity_ok_share"]
+    t = ok.groupby("run_id", sort=False)[cols].median()
+    t["regime"] = ok.groupby("run_id", sort=False).regime.agg(lambda r: r.mode().iloc[0])
+    t["repeats"] = ok.groupby("run_id", sort=False).size()
+    if "profile" in ok:
+        t.insert(0, "profile", ok.groupby("run_id", sort=False).profile.first())
+    return t.reset_index()

@@ -1,7 +1,8 @@
 """The study's findings, one unit each: its claim in the study's words, the runs it needs, the
 tables it rests on, its rule and its verdict. Nothing here renders; harness.report prints the
-outcomes. Every verdict passes through `decide`, which applies the rules RESULTS.md states: fewer
-than MIN_REPEATS ok repeats, or a spread over WIDE_SPREAD, on any side makes it inconclusive.
+outcomes. Every comparison is a ratio of steady tok/s with a 90% confidence interval from the
+runs, against a 10% minimum effect (harness.stats); a finding made of several comparisons holds
+only when every part holds and is refuted after Holm's correction across its parts.
 """
 
 from __future__ import annotations
@@ -12,69 +13,23 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from harness import analysis
-from harness.analysis import FAILS, HOLDS, INCONCLUSIVE, MIN_REPEATS, WIDE_SPREAD
+from harness import analysis, stats
+from harness.analysis import FAILS, HOLDS, INCONCLUSIVE
 from harness.contract import Status
+from harness.stats import Verdict
 
 STUDY_ROUTING = {"experts_for_80pct_median": 25.0, "distinct_per_layer_64_tokens": "44-59",
                  "shared_distance_1": 0.357, "shared_distance_8": 0.208}
-IO_BOUND_SHARE = 0.5  # a configuration is I/O-bound when disk reads take at least half its token time
+IO_BOUND_SHARE = 0.5  # a configuration is I/O-bound when I/O wait is at least half its token time
 FAR_BELOW = 5.0  # "far below the compute ceiling": the best configuration at least 5x slower
 FAULT_FLOOR = 5.0  # fewer major faults per token than this on either side: fault ratios say nothing
+WRITE_IN_PLACE_SLOWER = 2.0  # the study: write-in-place "over 2x slower"
+MIN_BUDGETS = 4  # a trend against the LRU budget needs four budgets
 
 
-@dataclass(frozen=True)
-class Verdict:
-    verdict: str
-    reason: str
-
-
-def spread(s: pd.Series) -> float:
+def _rng(s: pd.Series) -> str:
     s = s.dropna()
-    if len(s) == 0 or s.median() == 0:
-        return float("nan")
-    return float((s.max() - s.min()) / s.median())
-
-
-def decide(raw: str, reason: str, *samples: pd.Series) -> Verdict:
-    """The one gate of every verdict: each sample is the ok repeats of one configuration."""
-    for s in samples:
-        s = s.dropna()
-        if len(s) < MIN_REPEATS:
-            return Verdict(INCONCLUSIVE, f"{len(s)} ok repeat(s) where {MIN_REPEATS} are needed")
-        if spread(s) > WIDE_SPREAD:
-            return Verdict(INCONCLUSIVE, f"spread {spread(s):.0%} of the median exceeds "
-                                         f"{WIDE_SPREAD:.0%}")
-    return Verdict(raw, reason)
-
-
-def combine(verdicts: list[Verdict], reason: str) -> Verdict:
-    """All parts hold: holds; any part fails: does not hold; otherwise inconclusive."""
-    vs = [v.verdict for v in verdicts]
-    if vs and all(v == HOLDS for v in vs):
-        return Verdict(HOLDS, reason)
-    which = FAILS if FAILS in vs else INCONCLUSIVE
-    why = dict.fromkeys(v.reason for v in verdicts if v.verdict == which)  # once each, in order
-    return Verdict(which, reason + ": " + "; ".join(why) if why else reason)
-
-
-def compare_ranges(a: pd.Series, b: pd.Series) -> str:
-    """'above' if every repeat of a beats every repeat of b, 'below' if the reverse, else 'overlap'."""
-    a, b = a.dropna(), b.dropna()
-    if len(a) and len(b) and a.min() > b.max():
-        return "above"
-    if len(a) and len(b) and a.max() < b.min():
-        return "below"
-    return "overlap"
-
-
-def range_vs(values: pd.Series, threshold: float) -> str:
-    values = values.dropna()
-    if len(values) and values.min() > threshold:
-        return "above"
-    if len(values) and values.max() <= threshold:
-        return "below"
-    return "overlap"
+    return f"{s.min():.3g}-{s.max():.3g}" if len(s) else "-"
 
 
 def paired_ratios(a: pd.DataFrame, b: pd.DataFrame, col: str) -> pd.Series:
@@ -83,9 +38,9 @@ def paired_ratios(a: pd.DataFrame, b: pd.DataFrame, col: str) -> pd.Series:
     return (m[f"{col}_b"] / m[f"{col}_a"]).replace([np.inf, -np.inf], np.nan)
 
 
-def _rng(s: pd.Series) -> str:
-    s = s.dropna()
-    return f"{s.min():.3g}-{s.max():.3g}" if len(s) else "-"
+def _one(sel: pd.DataFrame) -> str:
+    """The configuration (run id) a selection of runs is, the most frequent if several."""
+    return sel.run_id.mode().iloc[0]
 
 
 @dataclass
@@ -103,6 +58,26 @@ class Study:
     trace: pd.DataFrame | None = None
     trace_synthetic: bool = True
     n_expert: int = 0
+
+    @property
+    def value(self) -> str:
+        """The run's figure: steady tok/s (first token out) where recorded, else tok/s."""
+        r = self.runs
+        return ("steady_tok_per_s" if "steady_tok_per_s" in r and r.steady_tok_per_s.notna().any()
+                else "tok_per_s")
+
+    def pool(self, value: str | None = None) -> stats.Pool:
+        """The variance the ok runs of every configuration share, of `value` (default: the
+        run's figure)."""
+        key = value or self.value
+        cache = self.__dict__.setdefault("_pools", {})
+        if key not in cache:
+            ok = self.ok()
+            cache[key] = stats.Pool.of(ok[ok[key] > 0], key)
+        return cache[key]
+
+    def compare(self, a: pd.DataFrame, b: pd.DataFrame, value: str | None = None) -> stats.Interval:
+        return stats.compare(self.pool(value), _one(a), _one(b))
 
     def ok(self, **eq) -> pd.DataFrame:
         r = self.runs[self.runs.status == Status.OK.value]
@@ -154,67 +129,55 @@ class Finding:
         raise NotImplementedError
 
 
-MIN_BUDGETS = 3  # a trend against the budget needs three points
-TREND = 0.5  # |Spearman| at least this: tok/s falls (or rises) with the budget
-
-
-class LruFinding(Finding):
+class LruSlowerFinding(Finding):
     def evaluate(self, st):
         lru = st.runs[st.runs.mechanism == "lru-odirect"]
         pm = st.surviving_design(st.q4)
         if lru.empty or pm.empty:
             return Outcome(Verdict(INCONCLUSIVE, "no lru-odirect or pread+madvise runs"))
-        rows, parts, dead, once = [], [], [], []
+        rows, parts, dead = [], [], []
         for budget, g in lru.groupby("lru_budget_mb"):
             ok = g[g.status == Status.OK.value]
-            if ok.empty and g.status.str.startswith("killed").all():
+            if ok.empty:
                 # a budget that never finishes beat nothing (the study's 1200 MB died): it is shown
                 # with its memory trail and judged by the budgets that did finish
                 dead.append(budget)
                 v = Verdict(INCONCLUSIVE, f"budget {budget} MB: {', '.join(sorted(set(g.status)))}")
-                cmp = "killed"
-            elif len(ok) < MIN_REPEATS and len(g) < MIN_REPEATS:
-                # run once by design (the config's probe of a budget the study's box died at):
-                # shown, not judged, as it would otherwise make every verdict inconclusive
-                once.append(budget)
-                cmp = compare_ranges(ok.tok_per_s, pm.tok_per_s)
-                v = Verdict(INCONCLUSIVE, f"budget {budget} MB: {len(g)} repeat(s), not judged")
             else:
-                cmp = compare_ranges(ok.tok_per_s, pm.tok_per_s)
-                raw = {"below": HOLDS, "above": FAILS}.get(cmp, INCONCLUSIVE)
-                v = decide(raw, f"budget {budget} MB {cmp} pread+madvise", ok.tok_per_s, pm.tok_per_s)
+                v = stats.faster(st.compare(pm, ok), what=f"pread+madvise over LRU {budget} MB")
                 parts.append(v)
+            iv = v.interval
             rows.append({"lru_budget_mb": budget, "n_ok": len(ok),
-                         "tok_per_s_median": ok.tok_per_s.median(), "tok_per_s_range": _rng(ok.tok_per_s),
+                         "tok_per_s_median": ok[st.value].median(), "tok_per_s_range": _rng(ok[st.value]),
                          "statuses": ",".join(sorted(set(g.status))),
                          "peak_rss_bytes": g.peak_rss_bytes.max(),
                          "peak_cgroup_bytes": g.peak_cgroup_bytes.max() if "peak_cgroup_bytes" in g
-                         else None, "vs_pread_madvise": cmp, "verdict": v.verdict})
-        t = pd.DataFrame(rows)
-        med = t[~t.lru_budget_mb.isin(once)].dropna(subset=["tok_per_s_median"])
-        # Spearman's rank correlation (Pearson on ranks; scipy is not a dependency)
-        trend = (float(med.lru_budget_mb.rank().corr(med.tok_per_s_median.rank()))
-                 if len(med) >= 3 else float("nan"))
-        n_finished = len(parts)
-        if n_finished >= MIN_BUDGETS and not math.isnan(trend):
-            # the study: "tok/s got worse as the cache budget (and hit rate) went up"
-            parts.append(Verdict(HOLDS, f"tok/s falls as the budget grows (Spearman {trend:.2f})")
-                         if trend <= -TREND else
-                         Verdict(FAILS, f"tok/s rises as the budget grows (Spearman {trend:.2f})")
-                         if trend >= TREND else
-                         Verdict(INCONCLUSIVE, f"no trend against the budget (Spearman {trend:.2f})"))
-        v = combine(parts, f"LRU against pread+madvise ({_rng(pm.tok_per_s)} tok/s) at every budget, "
-                           "and its trend against the budget")
-        if v.verdict == HOLDS and n_finished < MIN_BUDGETS:
-            v = Verdict(INCONCLUSIVE, f"{n_finished} budget(s) finished; the rule needs {MIN_BUDGETS}")
+                         else None,
+                         "pread_madvise_over_lru": iv.ratio[0] if iv else None,
+                         "ci90_low": iv.ratio[1] if iv else None, "ci90_high": iv.ratio[2] if iv else None,
+                         "verdict": v.verdict})
+        v = stats.family(parts, "LRU slower than pread+madvise by at least 10% at every budget "
+                                "that finished")
         if dead:
             v = Verdict(v.verdict, v.reason + f" (killed, not judged: {', '.join(map(str, dead))} MB)")
-        if once:
-            v = Verdict(v.verdict, v.reason + f" (run once, not judged: {', '.join(map(str, once))} MB)")
-        notes = [f"Trend of the median tok/s against the budget (Spearman): {trend:.2f} "
-                 f"({'falls' if trend < 0 else 'rises' if trend > 0 else 'flat'} as the budget grows)"
-                 if not math.isnan(trend) else "Fewer than three budgets with ok runs: no trend."]
-        return Outcome(v, {"finding1_lru": t}, notes)
+        return Outcome(v, {"finding1_lru": pd.DataFrame(rows)})
+
+
+class LruTrendFinding(Finding):
+    def evaluate(self, st):
+        lru = st.ok(mechanism="lru-odirect")
+        budgets = sorted(lru.lru_budget_mb.unique())
+        if len(budgets) < MIN_BUDGETS:
+            return Outcome(Verdict(INCONCLUSIVE, f"{len(budgets)} budget(s) with ok runs; the trend "
+                                                 f"needs {MIN_BUDGETS}"))
+        iv = stats.sweep_change(lru, "lru_budget_mb", st.value, pool=st.pool())
+        falls = stats.Interval(-iv.estimate, iv.se, iv.df, iv.n_a, iv.n_b, iv.method)
+        v = stats.faster(falls, what=f"tok/s at {budgets[0]} MB over {budgets[-1]} MB (fitted line)")
+        t = pd.DataFrame([{"budgets_mb": " ".join(map(str, budgets)), "runs": iv.n_a,
+                           "change_across_sweep": iv.ratio[0], "ci90_low": iv.ratio[1],
+                           "ci90_high": iv.ratio[2], "verdict": v.verdict}])
+        notes = [stats.equivalent(iv, what="no trend against the budget (equivalence, +-10%)").reason]
+        return Outcome(v, {"finding1b_lru_trend": t}, notes)
 
 
 class SkewFinding(Finding):
@@ -265,16 +228,13 @@ class ScalingFinding(Finding):
         br = st.bytes_ratio()
         rows, verdict = [], Verdict(INCONCLUSIVE, "no Q4_K_M/Q2_K pread+madvise pair")
         for mech, a, b in st.quant_pairs():  # the study's design first; demand paging beside it
-            ratios = paired_ratios(a, b, "tok_per_s")  # Q2 / Q4
-            cmp = range_vs(ratios, br)
+            iv = st.compare(b, a)  # Q2 over Q4
+            v = stats.above(iv, br, f"{mech}: Q2_K over Q4_K_M")
             rows.append({"mechanism": mech, "bytes_ratio_q4_over_q2": br,
-                         "speedup_q2_over_q4_median": ratios.median(),
-                         "speedup_min": ratios.min(), "speedup_max": ratios.max(),
-                         "pairs": len(ratios), "vs_bytes_ratio": cmp})
+                         "speedup_q2_over_q4": iv.ratio[0], "ci90_low": iv.ratio[1],
+                         "ci90_high": iv.ratio[2], "verdict": v.verdict})
             if mech == "pread+madvise":
-                raw = {"above": HOLDS, "below": FAILS}.get(cmp, INCONCLUSIVE)
-                verdict = decide(raw, f"per-repeat Q2/Q4 speed-up {_rng(ratios)} vs bytes ratio "
-                                      f"{br:.3g}", a.tok_per_s, b.tok_per_s, ratios)
+                verdict = v
         return Outcome(verdict, {"finding4_scaling": pd.DataFrame(rows)} if rows else {})
 
 
@@ -283,56 +243,58 @@ class FaultsFinding(Finding):
         br = st.bytes_ratio()
         rows, verdict = [], Verdict(INCONCLUSIVE, "no Q4_K_M/Q2_K pread+madvise pair")
         for mech, a, b in st.quant_pairs():
-            faults = paired_ratios(b, a, "majflt_per_token")  # Q4 / Q2
-            disk = paired_ratios(b, a, "cgroup_read_bytes_per_token")
             few = min(a.majflt_per_token.median(), b.majflt_per_token.median()) < FAULT_FLOOR
+            disk = stats.above(st.compare(a, b, "cgroup_read_bytes_per_token"), br,
+                               f"{mech}: disk bytes read, Q4_K_M over Q2_K")
+            parts = [disk]
             row = {"mechanism": mech, "bytes_ratio_q4_over_q2": br,
                    "majflt_q4": a.majflt_per_token.median(), "majflt_q2": b.majflt_per_token.median(),
-                   "fault_ratio_range": _rng(faults), "disk_read_ratio_median": disk.median(),
-                   "disk_read_ratio_range": _rng(disk), "faults_too_few": few}
+                   "disk_read_ratio": disk.interval.ratio[0],
+                   "disk_ci90": f"{disk.interval.ratio[1]:.3g}-{disk.interval.ratio[2]:.3g}",
+                   "faults_too_few": few}
+            if not few:
+                faults = stats.above(st.compare(a, b, "majflt_per_token"), br,
+                                     f"{mech}: major faults, Q4_K_M over Q2_K")
+                parts.append(faults)
+                row["fault_ratio"] = faults.interval.ratio[0]
             rows.append(row)
             if mech == "pread+madvise":
-                parts = [decide({"above": HOLDS, "below": FAILS}.get(range_vs(disk, br), INCONCLUSIVE),
-                                f"disk-read ratio {_rng(disk)} vs bytes ratio {br:.3g}", disk,
-                                a.cgroup_read_bytes_per_token, b.cgroup_read_bytes_per_token)]
-                if not few:
-                    parts.append(decide({"above": HOLDS, "below": FAILS}.get(range_vs(faults, br),
-                                                                             INCONCLUSIVE),
-                                        f"fault ratio {_rng(faults)}", faults))
-                verdict = combine(parts, "Q4 reads disproportionately more than its bytes ratio"
-                                  + (" (fault counts under 5/token: disk bytes only)" if few else ""))
+                verdict = stats.family(parts, "Q4 reads disproportionately more than its bytes ratio"
+                                       + (" (fault counts under 5/token: disk bytes only)" if few
+                                          else ""))
         return Outcome(verdict, {"finding5_faults": pd.DataFrame(rows)} if rows else {})
 
 
 class GapFinding(Finding):
     def evaluate(self, st):
-        ok = st.runs[st.runs.status == Status.OK.value]
+        ok = st.ok()
         if ok.empty or not st.dense_ceiling:
             return Outcome(Verdict(INCONCLUSIVE, "no ok runs or no dense compute ceiling"))
-        med = ok.groupby("run_id").tok_per_s.median()
-        best_id = med.idxmax()
-        best = ok[ok.run_id == best_id].tok_per_s
-        gap = st.dense_ceiling / best.max()
-        gap_raw = HOLDS if gap >= FAR_BELOW else FAILS if gap < 2 else INCONCLUSIVE
-        parts = [decide(gap_raw, f"dense ceiling / best ({best_id}) = {gap:.3g}", best)]
+        best_id = ok.groupby("run_id")[st.value].median().idxmax()
+        iv = stats.against_constant(st.pool(), best_id, st.dense_ceiling)
+        parts = [stats.above(iv, FAR_BELOW, f"dense ceiling over the best ({best_id})")]
         rows = []
         for model in (st.q4, st.q2):
             pm = st.surviving_design(model)
             if pm.empty:
                 continue
-            io_s = pm.cgroup_read_bytes_per_token / (st.io_mb_s * 1e6)
-            share = io_s * pm.tok_per_s  # I/O time over the measured time per token
-            cmp = range_vs(share, IO_BOUND_SHARE)
-            raw = {"above": HOLDS, "below": FAILS}.get(cmp, INCONCLUSIVE)
-            parts.append(decide(raw, f"{model}: disk reads {_rng(share)} of the token time", share))
-            rows.append({"model": model, "tok_per_s_median": pm.tok_per_s.median(),
+            if "io_wait_share" in pm and pm.io_wait_share.notna().any():
+                share, how = pm.io_wait_share, "measured I/O wait"
+            else:  # records without the attribution: the bytes at the I/O ceiling, an estimate
+                share = pm.cgroup_read_bytes_per_token / (st.io_mb_s * 1e6) * pm[st.value]
+                how = "disk bytes at the I/O ceiling (estimated)"
+            parts.append(stats.mean_above(share, IO_BOUND_SHARE, f"{model}: {how}, share of a token"))
+            rows.append({"model": model, "tok_per_s_median": pm[st.value].median(),
                          "io_share_of_token_min": share.min(), "io_share_of_token_max": share.max(),
-                         "io_bound": cmp == "above"})
-        t = pd.DataFrame([{"best_run_id": best_id, "best_tok_per_s_max": best.max(),
+                         "io_share_source": how, "verdict": parts[-1].verdict})
+        t = pd.DataFrame([{"best_run_id": best_id, "best_tok_per_s_median":
+                           ok[ok.run_id == best_id][st.value].median(),
                            "dense_compute_ceiling": st.dense_ceiling,
-                           "moe_compute_ceiling": st.moe_ceiling, "gap_x": gap}])
-        return Outcome(combine(parts, f"at least {FAR_BELOW:g}x below the dense ceiling and I/O-bound "
-                                      "(reads at least half the token time) at every quant"),
+                           "moe_compute_ceiling": st.moe_ceiling, "gap_x": iv.ratio[0],
+                           "gap_ci90_low": iv.ratio[1], "gap_ci90_high": iv.ratio[2]}])
+        return Outcome(stats.family(parts, f"at least {FAR_BELOW:g}x below the dense ceiling and "
+                                           "I/O-bound (I/O wait at least half the token) at every "
+                                           "quant"),
                        {"finding6_gap": t, "finding6_io_bound": pd.DataFrame(rows)})
 
 
@@ -342,34 +304,33 @@ class SwitchesFinding(Finding):
         mlock = st.ok(mechanism="pread+madvise", model=st.q4, mlock_non_expert=True)
         mlock = mlock[mlock.log_experts.astype(bool)]
         rows, parts = [], []
-        for label, sel, claim in (("mlock", mlock, "above"),
-                                  ("write-in-place", st.ok(mechanism="write-in-place", model=st.q4),
-                                   "below"),
-                                  ("threadpool", st.ok(mechanism="threadpool", model=st.q4), "below")):
+        for label, sel in (("mlock", mlock),
+                           ("write-in-place", st.ok(mechanism="write-in-place", model=st.q4)),
+                           ("threadpool", st.ok(mechanism="threadpool", model=st.q4))):
             if sel.empty or base.empty:
                 continue
-            cmp = compare_ranges(sel.tok_per_s, base.tok_per_s)
-            raw = HOLDS if cmp == claim else FAILS if cmp != "overlap" else INCONCLUSIVE
             note = ""
-            if label == "write-in-place":
+            if label == "mlock":
+                v = stats.faster(st.compare(sel, base), what="mlock over pread+madvise")
+            elif label == "write-in-place":
+                v = stats.above(st.compare(base, sel), WRITE_IN_PLACE_SLOWER,
+                                "pread+madvise over write-in-place")
                 shared, note = analysis.writes_share_the_disk(sel)
                 if not shared:  # the claim's cause (writes competing with reads) cannot happen here
-                    raw = INCONCLUSIVE
-            v = decide(raw, f"{label} {cmp} pread+madvise" + (f" ({note})" if note else ""),
-                       sel.tok_per_s, base.tok_per_s)
-            if label == "write-in-place" and raw == INCONCLUSIVE and note:
-                v = Verdict(INCONCLUSIVE, note)
+                    v = Verdict(INCONCLUSIVE, f"{v.reason}; not judged: {note}", v.interval)
+            else:
+                v = stats.faster(st.compare(base, sel), what="pread+madvise over threadpool")
             parts.append(v)
-            rows.append({"change": label, "claim": "faster" if claim == "above" else "slower",
-                         "tok_per_s_median": sel.tok_per_s.median(), "tok_per_s_range": _rng(sel.tok_per_s),
-                         "baseline_pread_madvise_median": base.tok_per_s.median(),
-                         "baseline_range": _rng(base.tok_per_s),
+            rows.append({"change": label, "claim": "faster" if label == "mlock" else "slower",
+                         "tok_per_s_median": sel[st.value].median(),
+                         "baseline_pread_madvise_median": base[st.value].median(),
+                         "ratio": v.interval.ratio[0] if v.interval else None,
                          "majflt_per_token": sel.majflt_per_token.median(),
                          "baseline_majflt_per_token": base.majflt_per_token.median(),
                          "verdict": v.verdict, "why": v.reason})
         if not rows:
             return Outcome(Verdict(INCONCLUSIVE, "no mlock/write-in-place/threadpool runs"))
-        return Outcome(combine(parts, "mlock faster, the other two slower"),
+        return Outcome(stats.family(parts, "mlock faster, the other two slower"),
                        {"finding7_switches": pd.DataFrame(rows)})
 
 
@@ -380,24 +341,24 @@ class MechanismsFinding(Finding):
             return Outcome(Verdict(INCONCLUSIVE, "no pread+madvise runs"))
         rows, parts = [], []
         # every Q4_K_M configuration but the LRU budgets (finding 1 judges those)
-        q4 = st.runs[(st.runs.model == st.q4) & (st.runs.run_id != base.run_id.iloc[0])
+        q4 = st.runs[(st.runs.model == st.q4) & (st.runs.run_id != _one(base))
                      & (st.runs.mechanism != "lru-odirect")]
         for run_id, g in q4.groupby("run_id", sort=False):
             ok = g[g.status == Status.OK.value]
-            cmp = compare_ranges(ok.tok_per_s, base.tok_per_s)
-            # the claim: nothing beats the study's design; a faster configuration refutes it
-            raw = {"below": HOLDS, "above": FAILS}.get(cmp, INCONCLUSIVE)
-            v = decide(raw, f"{run_id} {cmp} pread+madvise", ok.tok_per_s, base.tok_per_s)
+            if ok.empty:
+                v = Verdict(INCONCLUSIVE, f"{run_id}: no ok run ({', '.join(sorted(set(g.status)))})")
+            else:
+                # the claim: nothing beats the study's design; each part: it is >= 10% faster
+                v = stats.faster(st.compare(base, ok), what=f"pread+madvise over {run_id}")
             parts.append(v)
             rows.append({"run_id": run_id, "mechanism": g.mechanism.iloc[0],
                          "mlock_non_expert": bool(g.mlock_non_expert.iloc[0]), "n_ok": len(ok),
-                         "tok_per_s_median": ok.tok_per_s.median(), "tok_per_s_range": _rng(ok.tok_per_s),
-                         "vs_pread_madvise": {"above": "faster", "below": "slower"}.get(cmp, "overlap"),
+                         "tok_per_s_median": ok[st.value].median(),
+                         "pread_madvise_over_it": v.interval.ratio[0] if v.interval else None,
                          "verdict": v.verdict, "why": v.reason})
-        t = pd.DataFrame(rows)
-        v = combine(parts, f"every other Q4_K_M configuration against pread+madvise "
-                           f"({_rng(base.tok_per_s)} tok/s)")
-        return Outcome(v, {"finding8_mechanisms": t})
+        v = stats.family(parts, "every other Q4_K_M configuration at least 10% slower than "
+                                "pread+madvise")
+        return Outcome(v, {"finding8_mechanisms": pd.DataFrame(rows)})
 
 
 STUDY_MECHANISMS = ("none", "pread+madvise", "write-in-place", "threadpool", "lru-odirect")
@@ -416,20 +377,18 @@ class LookaheadFinding(Finding):
                                ("study's best", g[g.mechanism.isin(STUDY_MECHANISMS)]),
                                ("ours best", g[~g.mechanism.isin(STUDY_MECHANISMS + ("lookahead",))])):
                 if len(sel):
-                    rid = sel.groupby("run_id").tok_per_s.median().idxmax()
-                    best[label] = (rid, sel[sel.run_id == rid].tok_per_s)
+                    rid = sel.groupby("run_id")[st.value].median().idxmax()
+                    best[label] = (rid, sel[sel.run_id == rid])
             la_id, la_tok = best["lookahead"]
             for label in ("study's best", "ours best"):
                 if label not in best:
                     continue
-                rid, tok = best[label]
-                cmp = compare_ranges(la_tok, tok)
-                raw = {"above": HOLDS, "below": FAILS}.get(cmp, INCONCLUSIVE)
-                v = decide(raw, f"{model}: {la_id} {cmp} {rid}", la_tok, tok)
+                rid, other = best[label]
+                v = stats.faster(st.compare(la_tok, other), what=f"{model}: {la_id} over {rid}")
                 parts.append(v)
-                rows.append({"model": model, "lookahead": la_id, "lookahead_range": _rng(la_tok),
-                             "against": label, "run_id": rid, "range": _rng(tok),
-                             "verdict": v.verdict})
+                rows.append({"model": model, "lookahead": la_id, "against": label, "run_id": rid,
+                             "ratio": v.interval.ratio[0], "ci90_low": v.interval.ratio[1],
+                             "ci90_high": v.interval.ratio[2], "verdict": v.verdict})
         if not rows:
             return Outcome(Verdict(INCONCLUSIVE, "no lookahead runs"))
         la = ok[ok.mechanism == "lookahead"]
@@ -440,18 +399,28 @@ class LookaheadFinding(Finding):
             read_ahead_resident_share=("lookahead_resident_share", "median"),
             hook_s_per_token=("hook_s_per_token", "median")).reset_index() \
             if "lookahead_precision" in la else pd.DataFrame()
-        return Outcome(combine(parts, "the best lookahead configuration against the best of the "
-                                      "study's mechanisms and the best of ours, per model"),
+        return Outcome(stats.family(parts, "the best lookahead configuration at least 10% faster "
+                                           "than the best of the study's mechanisms and of ours, "
+                                           "per model"),
                        {"finding9_lookahead": pd.DataFrame(rows), "lookahead_predictions": quality})
 
 
 FINDINGS: list[Finding] = [
-    LruFinding("1", "a userspace LRU cache never beat the kernel's page cache",
-               "a userspace LRU over O_DIRECT never beat the kernel page cache; tok/s got worse as the "
-               "budget went up; 1200 MB died (RSS growth)",
-               "lru-odirect at each budget (each its own configuration) and pread+madvise, Q4_K_M",
-               "at every budget the LRU's repeats are all slower than pread+madvise's; any budget "
-               "faster refutes it; the trend against the budget and the memory trail are shown"),
+    LruSlowerFinding("1a", "a userspace LRU cache never beat the kernel's page cache",
+                     "a userspace LRU over O_DIRECT never beat the kernel page cache; 1200 MB died "
+                     "(RSS growth)",
+                     "lru-odirect at each budget (each its own configuration) and pread+madvise, "
+                     "Q4_K_M",
+                     "at every budget that finished, pread+madvise is at least 10% faster (90% "
+                     "interval above 1, estimate at least 1.10); a budget where the interval "
+                     "excludes 10% refutes it after Holm's correction over the budgets; killed "
+                     "budgets are shown with their memory trail"),
+    LruTrendFinding("1b", "tok/s got worse as the LRU budget grew",
+                    "tok/s got worse as the cache budget (and hit rate) went up",
+                    f"lru-odirect at {MIN_BUDGETS} or more budgets, Q4_K_M",
+                    "the fitted change of log tok/s from the smallest to the largest budget is a "
+                    "fall of at least 10% with its 90% interval below no change; 'no trend' is "
+                    "reported only by equivalence within +-10%"),
     SkewFinding("2", "expert routing has no small hot set",
                 "covering 80% of a layer's activations takes 20-33 of 64 experts (median ~25); 44-59 "
                 "distinct experts per layer in 64 tokens",
@@ -467,36 +436,39 @@ FINDINGS: list[Finding] = [
                    "Q2_K is 1.92x faster than Q4_K_M for 1.67x fewer bytes per token "
                    "(pread+madvise design)",
                    "pread+madvise on Q4_K_M and Q2_K (demand paging shown beside it)",
-                   "every per-repeat Q2/Q4 speed-up of pread+madvise lies above the bytes ratio"),
+                   "the 90% interval of pread+madvise's Q2/Q4 tok/s ratio lies above the bytes "
+                   "ratio (below it: does not hold)"),
     FaultsFinding("5", "the extra penalty is disk-driven page-fault pressure",
                   "Q4_K_M takes 9.3x the major faults per token of Q2_K for 1.67x the bytes",
                   "pread+madvise on Q4_K_M and Q2_K (demand paging shown beside it)",
-                  "per-repeat Q4/Q2 ratios of disk bytes read (and of major faults, where both "
-                  "sides fault at least 5 times per token) all lie above the bytes ratio"),
+                  "the 90% intervals of the Q4/Q2 ratios of disk bytes read (and of major faults, "
+                  "where both sides fault at least 5 times per token) lie above the bytes ratio"),
     GapFinding("6", "even the fastest configuration is far below the compute ceiling",
                "the best quant (Q2_K, 0.175-0.201 tok/s) is ~10x below the ~2.0 tok/s compute "
                "ceiling; the workload is I/O-bound at every quant",
                "every configuration, the dense compute ceiling, pread+madvise per quant",
-               f"the best configuration's fastest repeat is at least {FAR_BELOW:g}x below the dense "
-               f"ceiling, and at every quant pread+madvise's disk reads (at the measured I/O "
-               f"ceiling) take at least {IO_BOUND_SHARE:.0%} of its token time in every repeat"),
+               f"the dense ceiling over the best configuration is above {FAR_BELOW:g}x (90% "
+               f"interval), and at every quant pread+madvise's measured I/O wait is above "
+               f"{IO_BOUND_SHARE:.0%} of its token time (90% interval over its runs)"),
     SwitchesFinding("7", "mlock wins; write-in-place and a background pread thread do not",
                     "mlock of the non-expert tensors +26% tok/s; write-in-place >2x slower (write "
                     "traffic contending with reads); a background pread thread slower (majflt x7.4)",
                     "pread+madvise with and without mlock, write-in-place, threadpool, Q4_K_M",
-                    "mlock's repeats all faster than plain pread+madvise and the other two all "
-                    "slower; write-in-place is judged only where its writeback was throttled like "
-                    "its reads"),
+                    "mlock at least 10% faster than plain pread+madvise, threadpool at least 10% "
+                    "slower and write-in-place more than 2x slower, each by its 90% interval; "
+                    "write-in-place is judged only where its writeback was throttled like its "
+                    "reads"),
     MechanismsFinding("8", "which mechanism does the work",
                       "the surviving design is pread() + madvise(WILLNEED): the one that works",
-                      "every Q4_K_M configuration beside pread+madvise, 3 repeats each",
-                      "a configuration whose repeats are all faster than pread+madvise's refutes "
-                      "it; it holds when every other configuration is conclusively slower"),
+                      "every Q4_K_M configuration beside pread+madvise",
+                      "pread+madvise at least 10% faster than every other configuration (each by "
+                      "its 90% interval); refuted when one part's interval excludes 10% after "
+                      "Holm's correction over the parts"),
     LookaheadFinding("9", "lookahead prefetch beats every other mechanism (not the study's claim)",
                      "(not in the study) predicting the next layer's experts with its router and "
                      "reading them ahead beats the best of the study's mechanisms and of ours",
                      "lookahead, and every other configuration, on the same model and profile",
-                     "on every model with lookahead runs, the best lookahead configuration's "
-                     "repeats are all faster than those of the study's best and of our best "
-                     "mechanism; any of them faster refutes it"),
+                     "on every model with lookahead runs, the best lookahead configuration is at "
+                     "least 10% faster than the study's best and than our best mechanism, each by "
+                     "its 90% interval"),
 ]

@@ -30,6 +30,29 @@ def summary_plots(w, summ: pd.DataFrame, any_synth: bool) -> None:
     w.plot("majflt_per_token", fig, "major page faults per generated token")
 
 
+COLORS = {"io_wait": "tab:blue", "kernel": "tab:orange", "user": "tab:green", "hook": "tab:purple",
+          "throttled": "tab:red", "runqueue": "tab:pink", "unexplained": "lightgray"}
+
+
+def attribution_plot(w, t: pd.DataFrame) -> None:
+    """Per configuration, the mean steady token's wall time stacked by its parts."""
+    from harness.attribution import PARTS
+
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(t) + 1.8))
+    y = np.arange(len(t))
+    left = np.zeros(len(t))
+    for part in PARTS:
+        vals = t[f"{part}_s"].clip(lower=0).to_numpy(float)
+        ax.barh(y, vals, left=left, color=COLORS[part], label=part.replace("_", " "))
+        left += vals
+    labels = [f"{r} [{g}]" for r, g in zip(t.run_id, t.regime, strict=True)]
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.set_xlabel("seconds per steady token (mean token, median of repeats)")
+    ax.legend(fontsize=7, ncol=4, loc="lower right")
+    w.plot("attribution", fig, "Where a token's time goes: the decoding thread's I/O wait, kernel "
+           "and user CPU, the hook, CPU-quota throttling, other run-queue wait; [regime]")
+
+
 def finding_plots(w, number: str, study, layouts: dict) -> None:
     """The figures that go with a finding (routing findings only)."""
     ex = study.trace

@@ -116,7 +116,11 @@ class Interval:
 
 
 def compare(pool: Pool, a, b) -> Interval:
-    """The interval of log tok/s of configuration a over b."""
+    """The interval of log tok/s of configuration a over b (nan, so inconclusive, where either has
+    no run with a positive value: a log ratio of zeros says nothing)."""
+    if a not in pool.per_config or b not in pool.per_config:
+        missing = [c for c in (a, b) if c not in pool.per_config]
+        return Interval(float("nan"), float("nan"), 0, 0, 0, f"no positive value for {missing}")
     na, ma, va = pool.per_config[a]
     nb, mb, vb = pool.per_config[b]
     if a in pool.noisy or b in pool.noisy:
@@ -169,6 +173,7 @@ def above(iv: Interval, threshold: float, what: str) -> Verdict:
 
 def holm(pvalues: list[float], alpha: float = ALPHA) -> list[bool]:
     """Holm's step-down: which of the hypotheses are rejected with familywise error alpha."""
+    pvalues = [1.0 if not p == p else p for p in pvalues]  # no test (nan): never rejected
     order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
     out = [False] * len(pvalues)
     for k, i in enumerate(order):
@@ -236,3 +241,25 @@ def runs_needed(sd: float, effect: float = 0.20, df_pool: int | None = None) -> 
         if (sps.t.ppf(1 - ALPHA, df) + sps.t.ppf(POWER, df)) * se <= math.log1p(effect):
             return n
     return 50
+
+
+def against_constant(pool: Pool, cfg, constant: float) -> Interval:
+    """log(constant) over a configuration's mean log value: how many times the configuration is
+    below a fixed figure (a ceiling), with the pool's variance."""
+    n, m, v = pool.per_config[cfg]
+    var = pool.var if pool.df else v
+    df = pool.df if pool.df else n - 1
+    return Interval(math.log(constant) - m, math.sqrt(var / n) if var == var else float("nan"),
+                    df, n, 0, "against a constant")
+
+
+def mean_above(values, threshold: float, what: str) -> Verdict:
+    """A share (0-1) measured per run, against a threshold: t interval of the mean over runs."""
+    x = np.asarray(pd.Series(values).dropna(), float)
+    if len(x) < 2:
+        return Verdict(INCONCLUSIVE, f"{what}: {len(x)} run(s), an interval needs 2")
+    m, se = float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x)))
+    half = sps.t.ppf(1 - ALPHA, len(x) - 1) * se
+    v = HOLDS if m - half > threshold else FAILS if m + half < threshold else INCONCLUSIVE
+    return Verdict(v, f"{what}: {m:.2f} (90% CI {m - half:.2f}-{m + half:.2f}, {len(x)} runs) "
+                      f"against {threshold:.2f}")
