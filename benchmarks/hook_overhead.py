@@ -19,6 +19,8 @@ second, which the shared machine's noise swamps.
 """
 
 import json
+
+import yaml
 import logging
 import statistics
 import sys
@@ -32,7 +34,7 @@ import pandas as pd
 
 from harness import build, pagecache, supervise
 from harness.ceilings import llama_bench
-from harness.config import adhoc_spec, cpu_quota_of
+from harness.config import adhoc_spec, cpu_quota_of, study_profiles
 from harness.limits import Limits
 from harness.machine import machine_info
 
@@ -88,7 +90,9 @@ def main():
     model = Path(args[0]).resolve()
     rounds = int(args[1]) if len(args) > 1 else 6
     tokens = int(args[2]) if len(args) > 2 else 64
-    quota = cpu_quota_of(str(ROOT / "results/ceilings/cpu_quota.json")) if "--quota" in sys.argv else None
+    cfg = yaml.safe_load((ROOT / "config/experiments.yaml").read_text())
+    quota_file = ROOT / f"results/ceilings/{study_profiles(cfg)[0]}/cpu_quota.json"
+    quota = cpu_quota_of(str(quota_file)) if "--quota" in sys.argv else None
     limits = Limits(cpu_quota=quota, device_path=str(model))
     manifest = json.loads((ROOT / "results/build/llama.json").read_text())
     # the hook of this checkout, not the one the last pipeline build recorded

@@ -7,7 +7,8 @@ run and a table of medians: tok/s, major faults and disk bytes per generated tok
 
     python benchmarks/readahead_effect.py results/models/olmoe-q4.gguf [rounds] [tokens]
 
-The CPU quota is the pipeline's calibrated one (results/ceilings/cpu_quota.json) when present.
+The CPU quota is the pipeline's calibrated one for the config's first profile
+(results/ceilings/<profile>/cpu_quota.json) when present.
 """
 
 import json
@@ -24,7 +25,7 @@ import pandas as pd
 import yaml
 
 from harness import box, supervise
-from harness.config import adhoc_spec, cpu_quota_of, profile_limits
+from harness.config import adhoc_spec, cpu_quota_of, profile_limits, study_profiles
 from harness.limits import block_device_of
 
 
@@ -37,7 +38,8 @@ def main():
     manifest = json.loads((ROOT / "results/build/llama.json").read_text())
     info = json.loads(model.with_suffix(".json").read_text())
     layout = str(model.with_name(model.stem + ".layout.json"))
-    quota_file = ROOT / "results/ceilings/cpu_quota.json"
+    profile = study_profiles(cfg)[0]
+    quota_file = ROOT / f"results/ceilings/{profile}/cpu_quota.json"
     quota = cpu_quota_of(str(quota_file)) if quota_file.exists() else None
     device_kb = box.DeviceReadahead(block_device_of(model), None).current_kb()
     configs = [(m, ra) for m in ("none", "pread+madvise") for ra in sorted({128, device_kb})]
@@ -68,7 +70,7 @@ def main():
         disk_bytes_per_token=("disk_bytes_per_token", statistics.median)).reset_index()
     summary["read_amplification"] = summary.disk_bytes_per_token / df.routed_bytes_per_token.iloc[0]
     print(summary.to_string(index=False))
-    print(json.dumps({"profile": cfg["profile"], "cpu_quota": quota, "tokens": tokens,
+    print(json.dumps({"profile": profile, "cpu_quota": quota, "tokens": tokens,
                       "rounds": rounds, "device_read_ahead_kb": device_kb}))
 
 

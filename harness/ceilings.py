@@ -162,6 +162,43 @@ def llama_bench(bench: str, model: str, threads: int, tokens: int, load_mode: st
     return rec
 
 
+# the calibration configuration of an I/O-share target: the study's best design, short runs
+IO_SHARE_RUN = {"mechanism": "pread+madvise", "mlock_non_expert": True, "tokens": 6}
+
+
+def io_share_calibration(config: dict, manifest: dict, model: str, model_info: dict, layout: str,
+                         target: float, prompt: str | None = None) -> dict:
+    """The CPU quota under which pread+madvise+mlock on the MoE model spends `target` of its
+    steady token waiting on I/O (harness.attribution), each step a cold harness run."""
+    import tempfile
+
+    import pandas as pd
+
+    from harness import attribution, supervise
+    from harness.calibrate import calibrate_io_share
+    from harness.config import adhoc_spec, profile_limits
+
+    prof = config["profiles"][config["profile"]]
+    info = dict(model_info, path=model)
+
+    def measure(quota):
+        spec = adhoc_spec("io-share-calibration", Path(model).stem, IO_SHARE_RUN["mechanism"],
+                          mlock_non_expert=IO_SHARE_RUN["mlock_non_expert"],
+                          tokens=IO_SHARE_RUN["tokens"], threads=prof["threads"],
+                          time_limit_s=3600, **({"prompt": prompt} if prompt else {}))
+        with tempfile.TemporaryDirectory(prefix=".io-share-") as d:
+            rec = supervise.run(spec, d, lib_dir=manifest["lib_dir"], build=manifest,
+                                model_info=info, layout_path=layout,
+                                limits=profile_limits(config, model, cpu_quota=quota),
+                                time_limit_s=3600)
+            if rec["status"] != "ok":
+                return float("nan")
+            tok = pd.read_csv(Path(d) / "tokens.csv")
+        return attribution.run_attribution(tok[tok.phase == "gen"])["io_wait_share"]
+
+    return calibrate_io_share(measure, target, cpus=prof["threads"])
+
+
 def main(argv=None) -> int:
     argv = argv if argv is not None else sys.argv[1:]
     if argv[0] == "odirect":

@@ -76,6 +76,7 @@ class RunSpec:
     lookahead_call: str = "madvise"
     lookahead_source: str = "ffn_norm"
     writeback: str = "kernel"
+    profile: str = ""  # the machine profile (regime) the run is measured under
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -106,10 +107,28 @@ def _fmt(v) -> str:
     return re.sub(r"[^a-z0-9.+-]+", "-", str(v).lower()).strip("-")
 
 
+def study_profiles(config: dict) -> list[str]:
+    """The profiles the study runs under, in order: `profile:` names one or lists several (the
+    regimes: every experiment runs under each)."""
+    p = config.get("profile")
+    return list(p) if isinstance(p, list) else [p]
+
+
 def expand(config: dict) -> list[RunSpec]:
-    """Every run of every experiment, in config order; raises ConfigError on bad entries."""
+    """Every run of every experiment under every profile of the study, in config order; raises
+    ConfigError on bad entries. With several profiles a run id ends in `@<profile>`."""
+    names = study_profiles(config)
+    runs: list[RunSpec] = []
+    for name in names:
+        for r in _expand_profile(config, name):
+            rid = f"{r.run_id}@{name}" if len(names) > 1 else r.run_id
+            runs.append(dataclasses.replace(r, run_id=rid, profile=name))
+    return runs
+
+
+def _expand_profile(config: dict, profile_name: str) -> list[RunSpec]:
     defaults = config.get("defaults", {})
-    profile = config["profiles"][config["profile"]]
+    profile = config["profiles"][profile_name]
     runs: list[RunSpec] = []
     seen: dict[str, str] = {}
     for entry, body in (config.get("experiments") or {}).items():
@@ -169,9 +188,13 @@ def check_run_values(config: dict, entry: str, vals: dict) -> None:
 
 def check(config: dict) -> list[RunSpec]:
     """Cross-key checks the JSON schema cannot express; returns the expanded runs."""
-    if config.get("profile") not in config.get("profiles", {}):
-        raise ConfigError(f"config: profile: {config.get('profile')!r} is not one of the profiles: "
-                          f"{', '.join(config.get('profiles', {}))}")
+    names = study_profiles(config)
+    for name in names:
+        if name not in config.get("profiles", {}):
+            raise ConfigError(f"config: profile: {name!r} is not one of the profiles: "
+                              f"{', '.join(config.get('profiles', {}))}")
+    if not names or len(set(names)) != len(names):
+        raise ConfigError(f"config: profile: {config.get('profile')!r} must name each profile once")
     for name, prof in config["profiles"].items():
         for k in ("ram_budget", "read_bps", "write_bps"):
             if prof.get(k) is not None:
@@ -207,10 +230,14 @@ MIN_BYTES_PER_WEIGHT = 2.625 / 8
 
 
 def _check_ram_budgets(config: dict) -> None:
+    for name in study_profiles(config):
+        _check_ram_budget(config, name)
+
+
+def _check_ram_budget(config: dict, name: str) -> None:
     from harness.layout import is_expert_tensor
     from harness.models import SHAPES, tensor_plan
 
-    name = config["profile"]
     rb = config["profiles"][name].get("ram_budget")
     if rb is None:
         return
@@ -226,12 +253,14 @@ def _check_ram_budgets(config: dict) -> None:
                               f"{mname}'s non-expert tensors (at least {need} bytes)")
 
 
-def profile_limits(config: dict, device_path: str, *, ram: bool = True, cpu_quota: float | None = None):
-    """The Limits of the configured machine profile (ram=False: no RAM budget). cpu_quota: the
-    profile's CPU quota in CPUs, as calibrated (harness.calibrate) or given in the profile."""
+def profile_limits(config: dict, device_path: str, *, ram: bool = True, cpu_quota: float | None = None,
+                   profile: str | None = None):
+    """The Limits of a machine profile (default: the study's first; ram=False: no RAM budget).
+    cpu_quota: the profile's CPU quota in CPUs, as calibrated (harness.calibrate) or given in the
+    profile."""
     from harness.limits import Limits
 
-    name = config["profile"]
+    name = profile or study_profiles(config)[0]
     prof = config["profiles"][name]
     rb = prof.get("ram_budget")
     bps, wbps = prof.get("read_bps"), prof.get("write_bps")
@@ -241,6 +270,12 @@ def profile_limits(config: dict, device_path: str, *, ram: bool = True, cpu_quot
                   write_bps=parse_size(wbps, f"profiles.{name}.write_bps") if wbps is not None else None,
                   cpu_quota=cpu_quota, read_ahead_kb=prof.get("read_ahead_kb"),
                   device_path=device_path, allow_unenforced=bool(prof.get("allow_unenforced", False)))
+
+
+def profile_config(config: dict, name: str) -> dict:
+    """Only that profile, as a measurement rule's params carry it: editing experiments or another
+    profile must not re-trigger its ceilings or finished runs through Snakemake's params."""
+    return {"profile": name, "profiles": {name: config["profiles"][name]}}
 
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"

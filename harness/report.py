@@ -6,9 +6,11 @@ and the CSV hold the same digits), and every section names the CSV and the rule 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
+from types import SimpleNamespace
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,45 +65,107 @@ def md_table(df: pd.DataFrame) -> str:
 
 
 class Writer:
+    """RESULTS.md's parts and the tables and plots it links. In a study of several regimes each
+    regime's tables and plots go under `<profile>/` (`prefix`), and the tables the comparison of
+    machines reads (compare.TABLES) are also written whole, with a `profile` column."""
+
     def __init__(self, tables: Path, plots: Path):
         self.tables, self.plots = tables, plots
         tables.mkdir(parents=True, exist_ok=True)
         plots.mkdir(parents=True, exist_ok=True)
         self.parts: list[str] = []
+        self.prefix = ""  # "<profile>/" inside a regime's section of a multi-regime study
+        self.by_regime: dict[str, list[pd.DataFrame]] = {}
 
     def table(self, name: str, df: pd.DataFrame, rule: str) -> pd.DataFrame:
         df = rounded(df)
-        df.to_csv(self.tables / f"{name}.csv", index=False)
+        path = self.tables / f"{self.prefix}{name}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(path, index=False)
+        if self.prefix:
+            self.by_regime.setdefault(name, []).append(
+                df.assign(profile=self.prefix.rstrip("/")))
         self.parts.append(md_table(df))
-        self.parts.append(f"\n*Source: [tables/{name}.csv](tables/{name}.csv), rule `{rule}`.*\n")
+        self.parts.append(f"\n*Source: [tables/{self.prefix}{name}.csv](tables/{self.prefix}{name}.csv), "
+                          f"rule `{rule}`.*\n")
         return df
+
+    def write_whole(self, names) -> None:
+        """The regimes' tables of these names, concatenated, at the top of tables/."""
+        for name in names:
+            if name in self.by_regime and not (self.tables / f"{name}.csv").exists():
+                pd.concat(self.by_regime[name], ignore_index=True).to_csv(
+                    self.tables / f"{name}.csv", index=False)
 
     def text(self, s: str) -> None:
         self.parts.append(s)
 
     def plot(self, name: str, fig, caption: str) -> None:
         fig.tight_layout()
-        fig.savefig(self.plots / f"{name}.png", dpi=110)
+        path = self.plots / f"{self.prefix}{name}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
         plt.close(fig)
-        self.parts.append(f"![{caption}](plots/{name}.png)\n\n*{caption}*\n")
+        self.parts.append(f"![{caption}](plots/{self.prefix}{name}.png)\n\n*{caption}*\n")
 
 
 def write_findings(inputs, outputs, config: dict) -> None:
-    """RESULTS.md with its tables and plots, section by section."""
+    """RESULTS.md with its tables and plots, section by section; in a study of several regimes
+    (profiles), the sections from the ceilings to the findings once per regime, then every
+    finding's verdicts side by side."""
+    from harness.compare import TABLES
+    from harness.config import study_profiles
+
     d = _load(inputs, config)
     w = Writer(Path(outputs.tables), Path(outputs.plots))
     _header(w, d, inputs)
     _attribution_section(w, d)
-    io_med, comp_t, moe_ceiling = _ceilings(w, d, inputs)
-    summ = _configurations(w, d, inputs)
-    _distance_section(w, summ, d.all_runs, d.layouts, d.limits, io_med, moe_ceiling)
-    verdicts = _findings(w, d, io_med, comp_t, moe_ceiling)
-    _breakdown(w, d.runs, summ)
-    _closing(w, d, verdicts)
+    names = study_profiles(config)
+    verdicts_by: dict[str, list[dict]] = {}
+    for i, name in enumerate(names):
+        sub, sub_inputs = _regime(d, inputs, name, i) if len(names) > 1 else (d, _one_regime(inputs))
+        if len(names) > 1:
+            w.prefix = f"{name}/"
+            w.text(f"# Regime: {name}\n")
+            w.text(f"{config['profiles'][name].get('description', '')}\n")
+        io_med, comp_t, moe_ceiling = _ceilings(w, sub, sub_inputs)
+        summ = _configurations(w, sub, sub_inputs)
+        _distance_section(w, summ, sub.all_runs, sub.layouts, sub.limits, io_med, moe_ceiling)
+        verdicts_by[name] = _findings(w, sub, io_med, comp_t, moe_ceiling)
+        _breakdown(w, sub.runs, summ)
+    w.prefix = ""
+    _closing(w, d, verdicts_by)
+    w.write_whole(TABLES)
     out_md = Path(outputs.results)
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text("\n".join(w.parts))
     log.info(f"wrote {out_md}")
+
+
+def _one_regime(inputs) -> SimpleNamespace:
+    """A single-profile study's inputs, one file each (the rules name them per profile)."""
+    return SimpleNamespace(runs=inputs.runs, layouts=inputs.layouts, infos=inputs.infos,
+                           records=inputs.records, io=_first(inputs.io),
+                           compute=_first(inputs.compute), quota=_first(getattr(inputs, "quota", None)),
+                           baselines=list(inputs.baselines))
+
+
+def _first(x):
+    return x if x is None or isinstance(x, str) else (x[0] if len(x) else None)
+
+
+def _regime(d: Loaded, inputs, name: str, i: int):
+    """One regime's runs, records and ceilings, as the single-regime sections read them."""
+    runs = d.all_runs[d.all_runs.profile == name]
+    records = [r for r in d.records if (r.get("spec") or {}).get("profile") == name]
+    sub = dataclasses.replace(
+        d, all_runs=runs, runs=d.runs[d.runs.profile == name], records=records,
+        limits=records[0].get("limits_in_force", {}) if records else {})
+    sub_inputs = SimpleNamespace(
+        runs=inputs.runs, layouts=inputs.layouts, infos=inputs.infos, records=inputs.records,
+        io=inputs.io[i], compute=inputs.compute[i], quota=inputs.quota[i],
+        baselines=[b for b in inputs.baselines if f"/baselines/{name}/" in b])
+    return sub, sub_inputs
 
 
 @dataclass
@@ -147,6 +211,8 @@ def _load(inputs, config: dict) -> Loaded:
 
 
 def _header(w: Writer, d: Loaded, inputs) -> None:
+    from harness.config import study_profiles
+
     config, limits, machines, layouts, infos = d.config, d.limits, d.machines, d.layouts, d.infos
     any_synth, all_runs, records = d.any_synth, d.all_runs, d.records
     w.text("# RESULTS\n")
@@ -156,7 +222,7 @@ def _header(w: Writer, d: Loaded, inputs) -> None:
               "original model's; routing, and so anything derived from which experts are chosen, is a "
               "random-weight model's, not OLMoE's.\n" if any_synth else "\n"))
     w.text("## Machine and limits (as measured)\n")
-    w.table("machine", machines.assign(profile=config["profile"],
+    w.table("machine", machines.assign(profile=", ".join(study_profiles(config)),
                                        ram_budget_bytes=limits.get("ram_bytes"),
                                        read_bps_limit=limits.get("read_bps"),
                                        write_bps_limit=limits.get("write_bps"),
@@ -334,10 +400,23 @@ def _breakdown(w: Writer, runs: pd.DataFrame, summ: pd.DataFrame) -> None:
 
 
 
-def _closing(w: Writer, d: Loaded, verdicts: list[dict]) -> None:
+def _closing(w: Writer, d: Loaded, verdicts_by: dict[str, list[dict]]) -> None:
     any_synth = d.any_synth
     w.text("## Verdicts\n")
-    w.table("verdicts", pd.DataFrame(verdicts), "findings")
+    if len(verdicts_by) == 1:
+        w.table("verdicts", pd.DataFrame(next(iter(verdicts_by.values()))), "findings")
+    else:
+        w.text("Each finding in each regime, side by side; `same_in_every_regime` is false where "
+               "a finding holds in one regime and not in another.\n")
+        rows: dict[str, dict] = {}
+        for name, verdicts in verdicts_by.items():
+            for v in verdicts:
+                row = rows.setdefault(v["finding"], {"finding": v["finding"], "claim": v["claim"]})
+                row[name] = v["verdict"]
+                row[f"why ({name})"] = v["why"]
+        t = pd.DataFrame(list(rows.values()))
+        t["same_in_every_regime"] = t[list(verdicts_by)].nunique(axis=1) == 1
+        w.table("verdicts", t, "findings")
     w.text("## Caveats\n")
     w.text("- A shared, noisy machine: each comparison is a ratio of steady tok/s (the first "
            "generated token left out) with a 90% confidence interval from the runs, the variance "
@@ -423,9 +502,15 @@ def _quota_section(w: Writer, inputs, comp_t: pd.DataFrame) -> None:
         off = dense / target - 1
         w.text(f"Dense compute ceiling under it: {sig(dense)} tok/s, {off:+.0%} from the "
                f"{target} tok/s target ({'within' if abs(off) <= 0.2 else 'outside'} 20%).\n")
-    if q.get("steps"):
+    if q.get("io_share_target"):
+        w.text(f"Calibrated toward an I/O-wait share of {q['io_share_target']} of the steady token "
+               f"of pread+madvise+mlock on {q.get('moe_model')} (cold harness runs, "
+               f"harness.attribution): reached {sig(q.get('io_share_at_quota'))}"
+               + (f"; {q['reason']}" if q.get("reason") else "") + ".\n")
+    elif q.get("steps"):
         w.text(f"Calibration toward {q.get('target_tok_s')} tok/s on the dense model "
                f"(llama-bench, warm), each step one measurement:\n")
+    if q.get("steps"):
         w.table("cpu_quota_calibration", pd.DataFrame(q["steps"]), "cpu_quota")
 
 

@@ -23,10 +23,10 @@ rule findings:
     input:
         runs="results/analysis/runs.csv",
         records=all_run_records,
-        io="results/ceilings/io.csv",
-        compute="results/ceilings/compute.json",
-        quota=CPU_QUOTA,
-        baselines=expand("results/baselines/{model}.json", model=BASELINE_MODELS),
+        io=all_io_ceilings,
+        compute=all_compute_ceilings,
+        quota=all_cpu_quotas,
+        baselines=all_baselines,
         layouts=expand("results/models/{model}.layout.json", model=LAYOUT_MODELS),
         infos=expand("results/models/{model}.json", model=LAYOUT_MODELS),
     output:

@@ -4,16 +4,18 @@
 
 rule cpu_quota:
     input:
+        unpack(calibration_inputs),
         manifest=MANIFEST,
-        dense="results/models/{}.gguf".format(config["ceilings"]["dense_model"]),
     output:
         CPU_QUOTA,
     params:
         tokens=config["ceilings"]["bench_tokens"],
-        config=PROFILE_CONFIG,
+        config=profile_params,
         dense_model=config["ceilings"]["dense_model"],
+        moe_model=config["ceilings"]["moe_model"],
+        prompt=config["defaults"]["prompt"],
     log:
-        "logs/cpu_quota.log",
+        "logs/cpu_quota/{profile}.log",
     conda:
         "../../envs/pipeline.yaml"
     threads: all_cores
@@ -29,16 +31,16 @@ rule io_ceiling:
         quota=CPU_QUOTA,
     output:
         report(
-            "results/ceilings/io.csv",
+            IO_CEILING,
             caption="../report/io_ceiling.rst",
             category="Ceilings",
-            labels={"ceiling": "I/O"},
+            labels={"ceiling": "I/O", "profile": "{profile}"},
         ),
     params:
         samples=config["ceilings"]["io_samples_mib"],
-        config=PROFILE_CONFIG,
+        config=profile_params,
     log:
-        "logs/io_ceiling.log",
+        "logs/io_ceiling/{profile}.log",
     conda:
         "../../envs/pipeline.yaml"
     threads: all_cores
@@ -55,14 +57,14 @@ rule compute_ceiling:
         dense="results/models/{}.gguf".format(config["ceilings"]["dense_model"]),
         moe="results/models/{}.gguf".format(config["ceilings"]["moe_model"]),
     output:
-        "results/ceilings/compute.json",
+        COMPUTE_CEILING,
     params:
         tokens=config["ceilings"]["bench_tokens"],
-        config=PROFILE_CONFIG,
+        config=profile_params,
         dense_model=config["ceilings"]["dense_model"],
         moe_model=config["ceilings"]["moe_model"],
     log:
-        "logs/compute_ceiling.log",
+        "logs/compute_ceiling/{profile}.log",
     conda:
         "../../envs/pipeline.yaml"
     threads: all_cores
@@ -78,13 +80,13 @@ rule stock_baseline:
         quota=CPU_QUOTA,
         gguf="results/models/{model}.gguf",
     output:
-        "results/baselines/{model}.json",
+        BASELINE,
     params:
         # as many tokens as the harness runs decode, so the stock tool is compared like for like
         tokens=config["ceilings"].get("baseline_tokens") or config["defaults"]["tokens"],
-        config=PROFILE_CONFIG,
+        config=profile_params,
     log:
-        "logs/stock_baseline/{model}.log",
+        "logs/stock_baseline/{profile}/{model}.log",
     conda:
         "../../envs/pipeline.yaml"
     threads: all_cores

@@ -6,7 +6,7 @@ import sys
 sys.path.insert(0, workflow.basedir)
 
 from harness.compare import TABLES as COMPARED_TABLES
-from harness.config import ConfigError, check
+from harness.config import ConfigError, check, profile_config, study_profiles
 from harness.machines import MachinesError, compare_trees
 
 try:
@@ -24,13 +24,12 @@ BASELINE_MODELS = list(config["ceilings"]["baseline_models"])
 LAYOUT_MODELS = sorted(set(RUN_MODELS) | set(BASELINE_MODELS)
                        | {config["ceilings"]["dense_model"], config["ceilings"]["moe_model"]})
 MANIFEST = "results/build/llama.json"
-CPU_QUOTA = "results/ceilings/cpu_quota.json"
-# Only the profile in force goes into measurement rules' params: editing experiments must not
-# re-trigger ceilings or finished runs through Snakemake's params provenance.
-PROFILE_CONFIG = {
-    "profile": config["profile"],
-    "profiles": {config["profile"]: config["profiles"][config["profile"]]},
-}
+# the study's regimes: every experiment, ceiling and baseline is measured under each profile
+PROFILES = study_profiles(config)
+CPU_QUOTA = "results/ceilings/{profile}/cpu_quota.json"
+IO_CEILING = "results/ceilings/{profile}/io.csv"
+COMPUTE_CEILING = "results/ceilings/{profile}/compute.json"
+BASELINE = "results/baselines/{profile}/{model}.json"
 
 # On a cluster (profiles/slurm): every measurement job has its node to itself (exclusive) and,
 # when the config names one, runs on the study's one node, so its numbers and the ceilings they
@@ -57,6 +56,7 @@ localrules:
 
 
 wildcard_constraints:
+    profile="|".join(map(re.escape, PROFILES)),
     model="|".join(map(re.escape, MODELS)) or "NONE",
     run_id="|".join(map(re.escape, RUNS)) or "NONE",
 
@@ -69,7 +69,7 @@ def all_cores(wildcards):
     try:
         return workflow.cores
     except WorkflowError:
-        return int(config["profiles"][config["profile"]].get("threads") or 1)
+        return max(int(config["profiles"][p].get("threads") or 1) for p in PROFILES)
 
 
 def synthetic_f16_input(wildcards):
@@ -90,6 +90,51 @@ def model_spec(wildcards):
 
 def run_spec(wildcards):
     return RUNS[wildcards.run_id].as_dict()
+
+
+def profile_params(wildcards):
+    """Only the profile a measurement runs under goes into its params: editing experiments or
+    another profile must not re-trigger its ceilings or finished runs (params provenance)."""
+    return profile_config(config, wildcards.profile)
+
+
+def run_profile_params(wildcards):
+    return profile_config(config, RUNS[wildcards.run_id].profile)
+
+
+def run_cpu_quota(wildcards):
+    return CPU_QUOTA.format(profile=RUNS[wildcards.run_id].profile)
+
+
+def calibration_inputs(wildcards):
+    """What a profile's CPU calibration measures: the dense model for a compute target, the MoE
+    model (file, layout, info) for an I/O-share target, nothing for a fixed or absent quota."""
+    prof = config["profiles"][wildcards.profile]
+    if prof.get("cpu_quota") is not None:
+        return {}
+    if prof.get("compute_target_tok_s") is not None:
+        return {"dense": "results/models/{}.gguf".format(config["ceilings"]["dense_model"])}
+    if prof.get("io_share_target") is not None:
+        moe = config["ceilings"]["moe_model"]
+        return {"moe": f"results/models/{moe}.gguf", "moe_info": f"results/models/{moe}.json",
+                "moe_layout": f"results/models/{moe}.layout.json"}
+    return {}
+
+
+def all_io_ceilings(wildcards):
+    return expand(IO_CEILING, profile=PROFILES)
+
+
+def all_compute_ceilings(wildcards):
+    return expand(COMPUTE_CEILING, profile=PROFILES)
+
+
+def all_cpu_quotas(wildcards):
+    return expand(CPU_QUOTA, profile=PROFILES)
+
+
+def all_baselines(wildcards):
+    return expand(BASELINE, profile=PROFILES, model=BASELINE_MODELS)
 
 
 def run_model_file(wildcards):

@@ -13,7 +13,7 @@ for _round in range(1, MAX_REPEATS + 1):
             f"harness_run_rep{_round}"
         input:
             manifest=MANIFEST,
-            quota=CPU_QUOTA,
+            quota=run_cpu_quota,
             model=run_model_file,
             info=run_model_info,
             layout=run_model_layout,
@@ -24,7 +24,7 @@ for _round in range(1, MAX_REPEATS + 1):
         params:
             spec=run_spec,
             repeat=_round,
-            config=PROFILE_CONFIG,
+            config=run_profile_params,
         log:
             f"logs/harness_run/{{run_id}}/rep{_round}.log",
         conda:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness import pagecache
 from harness.calibrate import calibrate
+from harness.ceilings import io_share_calibration
 from harness.ceilings import llama_bench
 from harness.config import profile_limits
 from harness.staging import staged_model
@@ -20,14 +21,27 @@ from harness.util import atomic_write_json
 cfg = snakemake.params.config
 prof = cfg["profiles"][cfg["profile"]]
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
-dense = staged_model(snakemake.input.dense, snakemake.config)
-out = {"profile": cfg["profile"], "start_utc": utcnow(), "dense_model": snakemake.params.dense_model,
-       "measured_from": dense}
+out = {"profile": cfg["profile"], "start_utc": utcnow()}
 if prof.get("cpu_quota") is not None:
     out.update(cpu_quota=prof["cpu_quota"], how="fixed by the profile")
+elif prof.get("compute_target_tok_s") is None and prof.get("io_share_target") is not None:
+    moe = staged_model(snakemake.input.moe, snakemake.config)
+    out.update(io_share_calibration(
+        cfg, manifest, moe, json.loads(Path(snakemake.input.moe_info).read_text()),
+        snakemake.input.moe_layout, prof["io_share_target"], prompt=snakemake.params.prompt),
+        moe_model=snakemake.params.moe_model, measured_from=moe,
+        how="calibrated: I/O-wait share of pread+madvise+mlock on the MoE model, cold, under the "
+            "profile (harness.attribution)")
+    if out.get("cpu_quota") is not None and not out["within_tolerance"]:
+        sys.exit(f"cpu_quota: no quota brings the I/O share within {out['tolerance']} of "
+                 f"{out['io_share_target']} (closest {out['io_share_at_quota']:.3f} at "
+                 f"{out['cpu_quota']:.4f} CPUs; steps in {snakemake.log[0]}); set cpu_quota in "
+                 "the profile to fix one by hand")
 elif prof.get("compute_target_tok_s") is None:
     out.update(cpu_quota=None, how="no CPU limit in the profile")
 else:
+    dense = staged_model(snakemake.input.dense, snakemake.config)
+    out.update(dense_model=snakemake.params.dense_model, measured_from=dense)
     pagecache.warm(dense)
 
     def measure(quota):
