@@ -128,6 +128,9 @@ def box_columns(rec: dict, gen: pd.DataFrame, per) -> dict:
     routed = per("bytes_routed")
     nan = float("nan")
     return {
+        # False: the profile's limits could not be applied and the run went on without them
+        # (profile.allow_unenforced); every table and verdict that uses it says so
+        "limits_enforced": not lim.get("error"),
         "read_ahead_kb": lim.get("read_ahead_kb"),
         "fadvise": ",".join(advice.get("posix_fadvise", [])) or None,
         "cpu_quota": lim.get("cpu_quota"), "write_bps_limit": lim.get("write_bps"),

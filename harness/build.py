@@ -51,6 +51,11 @@ class BuildError(RuntimeError):
     pass
 
 
+# no external step may hang a pipeline: a download and a build each have a bound (about 6 min here)
+DOWNLOAD_TIMEOUT_S = 1800
+BUILD_TIMEOUT_S = 3 * 3600
+
+
 def default_cache_dir() -> Path:
     env = os.environ.get("MOE_BENCH_CACHE")
     if env:
@@ -79,11 +84,12 @@ def fetch_sdist(package: str, version: str, sha256: str, cache_dir: Path) -> Pat
         log.info(f"source: pip download {package}=={version} (sdist)")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                "--no-build-isolation", "--disable-pip-version-check", "-d", tmp, f"{package}=={version}"]
-        res = subprocess.run(cmd, capture_output=True, text=True)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
         got = Path(tmp) / name
         if not got.exists():
             # pip may refuse to prepare metadata without build isolation; the file is what we want.
-            res = subprocess.run([c for c in cmd if c != "--no-build-isolation"], capture_output=True,
+            res = subprocess.run([c for c in cmd if c != "--no-build-isolation"], timeout=DOWNLOAD_TIMEOUT_S,
+                                 capture_output=True,
                                  text=True)
         if not got.exists():
             raise BuildError(f"pip download of {package}=={version} failed:\n{res.stdout}\n{res.stderr}")
@@ -166,7 +172,8 @@ def prepare_source(source_cfg: dict, cache_dir: Path) -> Source:
         if not (tree / "CMakeLists.txt").exists():
             with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
                 log.info(f"source: git clone {source_cfg['url']} @ {commit}")
-                subprocess.run(["git", "clone", "--quiet", source_cfg["url"], tmp + "/t"], check=True)
+                subprocess.run(["git", "clone", "--quiet", source_cfg["url"], tmp + "/t"], check=True,
+                               timeout=DOWNLOAD_TIMEOUT_S)
                 subprocess.run(["git", "-C", tmp + "/t", "checkout", "--quiet", commit], check=True)
                 shutil.rmtree(Path(tmp) / "t" / ".git")
                 tree.parent.mkdir(parents=True, exist_ok=True)
@@ -224,9 +231,10 @@ def build(source: Source, cache_dir: Path, jobs: int, extra_flags: tuple[str, ..
         apply_patch(source.path, PATCH, tree)
         bdir = tree / "build"
         log.info(f"build: cmake {' '.join(flags)}")
-        subprocess.run(["cmake", "-S", str(tree), "-B", str(bdir), *flags], check=True,
+        subprocess.run(["cmake", "-S", str(tree), "-B", str(bdir), *flags], check=True, timeout=600,
                        stdout=sys.stderr)
         subprocess.run(["cmake", "--build", str(bdir), "-j", str(jobs), "--target", *BUILD_TARGETS],
+                       timeout=BUILD_TIMEOUT_S,
                        check=True, stdout=sys.stderr)
         out = work / "out"
         (out / "lib").mkdir(parents=True)

@@ -33,6 +33,13 @@ MECHANISM_DEFAULTS = {"lru_budget_mb": 0, "prefetch_threads": 1, "lookahead_base
                       "lookahead_experts": 8, "lookahead_layers": 1, "lookahead_call": "madvise",
                       "lookahead_source": "ffn_norm", "writeback": "kernel"}
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9._+-]*$")
+# bounds on what one run may ask for: a run past them would take hours, or its context would
+# not fit (refused before any job starts, naming the key)
+MAX_TOKENS = 2048
+MAX_PROMPT_CHARS = 4000
+MAX_TIME_LIMIT_S = 6 * 3600
+MAX_REPEATS = 20
+MAX_LRU_BUDGET_MB = 64 * 1024
 
 
 class ConfigError(ValueError):
@@ -184,6 +191,42 @@ def check_run_values(config: dict, entry: str, vals: dict) -> None:
                           f"{', '.join(m for m in REGISTRY if m != 'lookahead')}")
     if vals.get("lru_budget_mb", 0) < 0:
         raise ConfigError(f"{where}.lru_budget_mb: {vals['lru_budget_mb']} is negative")
+    for k, bound in (("tokens", MAX_TOKENS), ("repeats", MAX_REPEATS),
+                     ("time_limit_s", MAX_TIME_LIMIT_S), ("lru_budget_mb", MAX_LRU_BUDGET_MB)):
+        if isinstance(vals.get(k), int | float) and vals[k] > bound:
+            raise ConfigError(f"{where}.{k}: {vals[k]} is over the bound of {bound} (a run that "
+                              "long, or that large, is a typo more often than a plan)")
+    if len(vals["prompt"]) > MAX_PROMPT_CHARS:
+        raise ConfigError(f"{where}.prompt: {len(vals['prompt'])} characters, over the bound of "
+                          f"{MAX_PROMPT_CHARS}")
+    mech = REGISTRY[vals["mechanism"]]
+    body = (config.get("experiments") or {}).get(entry) or {}
+    for k in MECHANISM_DEFAULTS:
+        # an option the mechanism ignores would make a duplicate measurement under a new name
+        if k in body and k not in mech.options:
+            raise ConfigError(f"{where}.{k}: {vals['mechanism']} does not read {k} (its options: "
+                              f"{', '.join(mech.options) or 'none'}); remove it, or list it only "
+                              "on an entry whose mechanism reads it")
+    model = config["models"][vals["model"]]
+    n_expert = _synthetic_experts(model)
+    if n_expert == 0 and mech.prefetches:
+        raise ConfigError(f"{where}: model {vals['model']!r} is dense (shape {model.get('shape')!r} "
+                          f"has no experts); {vals['mechanism']} prefetches experts: use mechanism "
+                          "none, or a MoE model")
+    if n_expert and "lookahead_experts" in mech.options and vals.get("lookahead_experts", 8) > n_expert:
+        raise ConfigError(f"{where}.lookahead_experts: {vals['lookahead_experts']} is more than "
+                          f"model {vals['model']!r}'s {n_expert} experts per layer")
+
+
+def _synthetic_experts(model: dict) -> int | None:
+    """Experts per layer of a synthetic model's shape (0: dense); None when not known before the
+    file exists (a downloaded or local model)."""
+    if model.get("source") != "synthetic":
+        return None
+    from harness.models import SHAPES
+
+    shape = SHAPES.get(model.get("shape"))
+    return shape.n_expert if shape else None
 
 
 def check(config: dict) -> list[RunSpec]:
@@ -201,8 +244,10 @@ def check(config: dict) -> list[RunSpec]:
                 parse_size(prof[k], f"profiles.{name}.{k}")
     for name, m in config.get("models", {}).items():
         src = m.get("source")
-        need = {"synthetic": ("shape", "quant"), "huggingface": ("repo", "file", "revision", "sha256"),
-                "path": ("path",)}
+        # every model names its quant: the findings pair Q4_K_M with Q2_K by it
+        need = {"synthetic": ("shape", "quant"),
+                "huggingface": ("repo", "file", "revision", "sha256", "quant"),
+                "path": ("path", "quant")}
         if src not in need:
             raise ConfigError(f"config: models.{name}.source: {src!r} is not one of "
                               "synthetic, huggingface, path")

@@ -133,6 +133,12 @@ def run(workdir: Path, names: list[str] | None = None, dry_run: bool = False) ->
     (machine -> why), empty when everything finished."""
     workdir = Path(workdir).resolve()
     config = yaml.safe_load((workdir / CONFIG_FILE).read_text())
+    from harness.config import ConfigError, validate_config
+
+    try:  # the whole config, before any machine starts: a typo must not run for hours
+        validate_config(config)
+    except ConfigError as exc:
+        raise MachinesError(f"{workdir / CONFIG_FILE}: {exc}") from None
     machines = machines_of(config)
     if not machines:
         raise MachinesError(f"{workdir / CONFIG_FILE}: no machines: to run")

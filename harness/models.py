@@ -319,6 +319,7 @@ def quantize(manifest: dict, src: Path, dst: Path, quant: str, threads: int, log
     quantized block pools (see the module's docstring). Atomic: a failure never leaves dst."""
     with atomic_path(dst) as tmp:
         res = subprocess.run([manifest["llama_quantize"], str(src), str(tmp), quant, str(threads)],
+                             timeout=3 * 3600,
                              stdout=log_file or sys.stderr, stderr=subprocess.STDOUT)
         if res.returncode != 0:
             raise RuntimeError(f"llama-quantize {src.name} -> {quant} failed (exit {res.returncode})")

@@ -295,12 +295,16 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
         summ = summ.merge(analysis.summarize(all_runs, col)[["run_id", "median"]].rename(
             columns={"median": col}), on="run_id", how="left")
     summ["synthetic"] = summ["synthetic"].astype(bool)
+    enforced = (all_runs.groupby("run_id").limits_enforced.all() if "limits_enforced" in all_runs
+                else pd.Series(True, index=summ.run_id))
+    summ["limits_enforced"] = summ.run_id.map(enforced).fillna(True).astype(bool)
     # how much of a token the hook is: its time per token at the configuration's median rate
     summ["hook_share"] = summ["hook_s_per_token"] * summ["median"]
     w.table("summary", summ[["run_id", "synthetic", "quant", "mechanism", "mlock_non_expert",
                                       "log_experts", "tokens", "n", "median", "min", "max", "wide_spread",
                                       "majflt_per_token", "read_amplification",
-                                      "kernel_read_vs_missing", "hook_s_per_token", "hook_share", "statuses"]].rename(
+                                      "kernel_read_vs_missing", "hook_s_per_token", "hook_share", "statuses",
+                                      "limits_enforced"]].rename(
         columns={"median": "tok_per_s_median", "min": "tok_per_s_min", "max": "tok_per_s_max"}),
         "runs_table, findings")
     w.text("Read amplification: bytes the run's cgroup read from disk per generated token divided "
@@ -403,6 +407,14 @@ def _breakdown(w: Writer, runs: pd.DataFrame, summ: pd.DataFrame) -> None:
 def _closing(w: Writer, d: Loaded, verdicts_by: dict[str, list[dict]]) -> None:
     any_synth = d.any_synth
     w.text("## Verdicts\n")
+    unenforced = (~d.all_runs.limits_enforced.astype(bool)).sum() if "limits_enforced" in d.all_runs \
+        else 0
+    if unenforced:
+        w.text(f"**{unenforced} run(s) were measured without the profile's limits** "
+               "(`allow_unenforced`; runs.csv `limits_enforced`): these verdicts describe an "
+               "unlimited machine for them, not the profile's box.\n")
+        verdicts_by = {k: [dict(v, why=v["why"] + " [limits not enforced in some runs]")
+                           for v in vs] for k, vs in verdicts_by.items()}
     if len(verdicts_by) == 1:
         w.table("verdicts", pd.DataFrame(next(iter(verdicts_by.values()))), "findings")
     else:

@@ -96,6 +96,30 @@ BAD = {
     "negative read-ahead": (_set(["profiles", "seed-box", "read_ahead_kb"], -1), "read_ahead_kb"),
     "zero CPU quota": (_set(["profiles", "seed-box", "cpu_quota"], 0), "cpu_quota"),
     "unparseable write cap": (_set(["profiles", "seed-box", "write_bps"], "lots"), "'lots' is not a size"),
+    # options a mechanism ignores would make duplicate measurements under new names
+    "LRU budget on madvise": (_set(["experiments", "madvise", "lru_budget_mb"], 256),
+                              "madvise does not read lru_budget_mb"),
+    "writeback on pread+madvise": (_set(["experiments", "pread-madvise", "writeback"], "sync"),
+                                   "pread+madvise does not read writeback"),
+    "lookahead option on none": (_set(["experiments", "baseline", "lookahead_experts"], 4),
+                                 "none does not read lookahead_experts"),
+    # a dense model given to a mechanism that prefetches experts fails only at run time otherwise
+    "dense model to a prefetch mechanism": (_set(["experiments", "madvise", "model"], "qwen-q8"),
+                                            "is dense"),
+    "more lookahead experts than the model has": (
+        _set(["experiments", "lookahead", "lookahead_experts"], 65), "more than model"),
+    # unbounded sizes: hours of measurement from a typo
+    "3000 tokens": (_set(["experiments", "madvise", "tokens"], 3000), "over the bound of 2048"),
+    "a 50 KB prompt": (_set(["defaults", "prompt"], "x" * 50_000), "over the bound of 4000"),
+    "a week's time limit": (_set(["defaults", "time_limit_s"], 7 * 86400), "time_limit_s"),
+    "100 repeats": (_set(["experiments", "madvise", "repeats"], 100), "repeats: 100 is over"),
+    "a 1 TB LRU budget": (_set(["experiments", "lru", "lru_budget_mb"], [10**6]), "lru_budget_mb"),
+    # a hub or local model without its quant cannot be paired Q4_K_M/Q2_K
+    "hub model without quant": (_set(["models", "real"], {
+        "source": "huggingface", "repo": "a/b", "file": "x.gguf", "revision": "main",
+        "sha256": "0" * 64}), "models.real.quant: missing"),
+    "local model without quant": (_set(["models", "mine"], {"source": "path", "path": "/m.gguf"}),
+                                  "models.mine.quant: missing"),
 }
 
 

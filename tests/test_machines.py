@@ -106,3 +106,17 @@ def test_dry_run_plans_every_machine_and_the_schema_takes_machines(study):
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     # the machines' trees are not there: the comparison names what is missing, runs nothing
     assert top.returncode != 0 and "machines/here/results/final/runs.csv" in top.stdout + top.stderr
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda c: c["machines"]["here"].update(profil="profiles/slurm"), "profil"),
+    (lambda c: c["experiments"]["baseline"].update(tokens=0), "tokens"),
+], ids=["typo in a machine's key", "bad experiment"])
+def test_the_driver_validates_the_whole_config_before_any_machine_runs(study, mutate, needle):
+    wd, cfg = study
+    mutate(cfg)
+    (wd / "config/experiments.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = subprocess.run([sys.executable, "-m", "harness.machines", "--directory", str(wd)],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 2 and needle in res.stderr, res.stderr[-2000:]
+    assert not (wd / "machines").exists()  # nothing was prepared, nothing ran
