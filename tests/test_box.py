@@ -209,3 +209,32 @@ def test_machine_facts_name_the_scheduler_job_when_there_is_one(monkeypatch):
     info = machine_info()
     assert (info["slurm_job_id"], info["slurm_partition"], info["slurm_node"]) == ("4242", "small",
                                                                                    "node7")
+
+
+def _io_machine(disk_s: float, compute_cpu_s: float, cpus: float = 2.0):
+    """A token that reads for disk_s and computes for compute_cpu_s CPU-seconds, under a quota:
+    its I/O-wait share, as the attribution would measure it (no overlap)."""
+    def measure(quota):
+        compute = compute_cpu_s / (quota if quota is not None else cpus)
+        return disk_s / (disk_s + compute)
+    return measure
+
+
+def test_io_share_calibration_finds_the_quota_of_the_target_split():
+    from harness.calibrate import calibrate_io_share
+
+    measure = _io_machine(disk_s=1.27, compute_cpu_s=0.1)
+    out = calibrate_io_share(measure, 0.58, cpus=2)
+    assert out["within_tolerance"] and abs(out["io_share_at_quota"] - 0.58) <= 0.08
+    # the split it found is the machine's at that quota (less CPU: less I/O share)
+    assert measure(out["cpu_quota"]) == out["io_share_at_quota"]
+    assert out["cpu_quota"] < 2 and len(out["steps"]) >= 2
+
+
+def test_io_share_calibration_on_a_machine_that_cannot_reach_the_split_says_so():
+    from harness.calibrate import calibrate_io_share
+
+    # compute dominates even with every CPU: no quota, and the reachable split is recorded
+    out = calibrate_io_share(_io_machine(disk_s=0.1, compute_cpu_s=2.0), 0.58, cpus=2)
+    assert out["cpu_quota"] is None and not out["within_tolerance"]
+    assert "reachable split is 0.09" in out["reason"]

@@ -21,15 +21,27 @@ def cfg():
 def test_shipped_configs_are_valid_and_expand_readably():
     runs = validate_config(cfg())
     ids = [r.run_id for r in runs]
-    assert "lru-1200" in ids and "lru--lru-budget-mb-800" in ids and "baseline--model-olmoe-q2" in ids
-    assert "pread-madvise-mlock--log-experts-on" in ids
-    assert "lookahead--model-olmoe-q2--mlock-non-expert-on" in ids
-    assert len(ids) == len(set(ids)) == 17
+    for regime in ("seed-box", "disk-box"):  # every experiment in both regimes
+        assert f"lru-1200@{regime}" in ids and f"lru--lru-budget-mb-900@{regime}" in ids
+        assert f"baseline-q2@{regime}" in ids and f"lookahead@{regime}" in ids
+    assert len(ids) == len(set(ids)) == 28
+    assert sum(r.repeats for r in runs) == 60
     assert validate_config(yaml.safe_load((ROOT / ".test/config/experiments.yaml").read_text()))
+
+
+def test_the_extended_config_adds_to_the_default():
+    from snakemake.utils import update_config
+
+    c = cfg()
+    update_config(c, yaml.safe_load((ROOT / "config/extended.yaml").read_text()))
+    ids = {r.run_id for r in validate_config(c)}
+    assert {"populate@seed-box", "routing-trace@disk-box", "lookahead@seed-box"} <= ids
+    assert len(ids) == 40
 
 
 def test_list_values_expand_to_every_combination():
     c = cfg()
+    c["profile"] = "seed-box"
     c["experiments"] = {"grid": {"model": ["olmoe-q4", "olmoe-q2"], "mechanism": ["none", "madvise"],
                                  "tokens": [8, 16]}}
     runs = expand(c)
@@ -58,7 +70,7 @@ def _delete(path):
 
 
 def _dup(c):  # an entry whose expansion collides with another's run id
-    c["experiments"]["baseline--model-olmoe-q4"] = {"model": "olmoe-q4", "mechanism": "none"}
+    c["experiments"]["lru--lru-budget-mb-0"] = {"model": "olmoe-q4", "mechanism": "none"}
 
 
 BAD = {
@@ -83,7 +95,7 @@ BAD = {
                                           "'olmoe-q5' is not one of the models"),
     "huggingface model without sha256": (_set(["models", "real"], {
         "source": "huggingface", "repo": "a/b", "file": "x.gguf", "revision": "main"}), "sha256"),
-    "duplicate run ids": (_dup, "duplicate run id 'baseline--model-olmoe-q4'"),
+    "duplicate run ids": (_dup, "duplicate run id 'lru--lru-budget-mb-0'"),
     "unknown profile": (_set(["profile"], "laptop"), "'laptop' is not one of the profiles"),
     "zero tokens": (_set(["experiments", "madvise", "tokens"], 0), "tokens"),
     "unknown synthetic shape": (_set(["models", "olmoe-q4", "shape"], "olmoe-2b"), "olmoe-2b"),
@@ -120,7 +132,26 @@ BAD = {
         "sha256": "0" * 64}), "models.real.quant: missing"),
     "local model without quant": (_set(["models", "mine"], {"source": "path", "path": "/m.gguf"}),
                                   "models.mine.quant: missing"),
+    "a profile listed twice": (_set(["profile"], ["seed-box", "seed-box"]), "each profile once"),
+    "a list naming an unknown profile": (_set(["profile"], ["seed-box", "laptop"]),
+                                         "'laptop' is not one of the profiles"),
+    "an I/O-share target of 1": (_set(["profiles", "seed-box", "io_share_target"], 1.0),
+                                 "io_share_target"),
 }
+
+
+def test_a_study_of_several_profiles_runs_every_experiment_under_each():
+    c = cfg()
+    c["profile"] = ["seed-box", "native"]
+    runs = validate_config(c)
+    c1 = cfg()
+    c1["profile"] = "seed-box"
+    one = validate_config(c1)
+    assert len(runs) == 2 * len(one)
+    assert {r.run_id for r in runs} == {f"{r.run_id}@{p}" for r in one for p in ("seed-box", "native")}
+    assert {r.profile for r in runs if r.run_id.endswith("@native")} == {"native"}
+    # a single profile keeps its run ids (and the paths of every earlier results tree)
+    assert {r.profile for r in one} == {"seed-box"} and not any("@" in r.run_id for r in one)
 
 
 @pytest.mark.parametrize("case", sorted(BAD))

@@ -170,3 +170,35 @@ def test_interrupted_run_finishes_when_run_again(tmp_path, sig):
     stale = [d for d in (CGROOT / "memory" / PARENT).glob("run-*")
              if not Path(f"/proc/{d.name.split('-')[1]}").exists()]
     assert not stale  # the killed run's cgroup was reaped
+
+
+def test_a_study_of_two_regimes_reports_each_and_their_verdicts_side_by_side(tmp_path):
+    """profile: [a, b]: every experiment, ceiling and baseline under each profile, one RESULTS.md
+    with a section per regime and the verdicts side by side; the CPU-bound regime's runs are
+    classified CPU-bound from their attribution."""
+    shutil.copytree(ROOT / ".test" / "config", tmp_path / "config")
+    cfg = yaml.safe_load((tmp_path / "config/experiments.yaml").read_text())
+    cfg["profile"] = ["tiny-box", "tiny-slow"]
+    cfg["profiles"]["tiny-slow"] = dict(cfg["profiles"]["tiny-box"], cpu_quota=0.05,
+                                        description="the tiny models on a twentieth of a CPU")
+    cfg["experiments"] = {k: cfg["experiments"][k] for k in ("baseline", "pread-madvise")}
+    cfg["defaults"]["tokens"] = 6
+    (tmp_path / "config/experiments.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    snakemake(tmp_path, "results/final")
+    final = tmp_path / "results/final"
+    for p in ("tiny-box", "tiny-slow"):
+        assert (tmp_path / f"results/ceilings/{p}/cpu_quota.json").exists()
+        assert (final / f"tables/{p}/summary.csv").exists()
+    runs = pd.read_csv(final / "runs.csv")
+    assert set(runs.profile) == {"tiny-box", "tiny-slow"}
+    assert all(r.endswith("@" + p) for r, p in zip(runs.run_id, runs.profile, strict=True))
+    slow = runs[runs.profile == "tiny-slow"]
+    assert (slow.regime == "cpu-bound").all() and (slow.throttled_share + slow.runqueue_share > 0.5).all()
+    text = (final / "RESULTS.md").read_text()
+    assert "# Regime: tiny-box" in text and "# Regime: tiny-slow" in text
+    verdicts = pd.read_csv(final / "tables/verdicts.csv")
+    assert {"tiny-box", "tiny-slow", "same_in_every_regime"} <= set(verdicts.columns)
+    assert list(verdicts.finding.astype(str)) == ["1a", "1b", "2", "3", "4", "5", "6", "7", "8", "9"]
+    # the comparison of machines reads the whole tables, each row naming its regime
+    assert set(pd.read_csv(final / "tables/summary.csv").profile) == {"tiny-box", "tiny-slow"}
+    assert (final / "plots/attribution.png").stat().st_size > 1000
