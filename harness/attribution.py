@@ -14,7 +14,9 @@ ggml's OpenMP team joins it at every node), so a token's wall time is explained 
 - I/O wait: the run cgroup's `io.pressure` "some" total (PSI): time at least one of the run's
   tasks was stalled on block I/O (page faults on the model, `pread`, O_DIRECT). It is measured
   independently of the other three, so the identity can fail: when a token's parts leave more than
-  IDENTITY_TOLERANCE of its wall time unexplained (or overexplained), the row says so. Sources this
+  IDENTITY_TOLERANCE of its wall time unexplained (or overexplained), the row says so. What stays
+  unexplained is the thread asleep but not on I/O, such as at a barrier (OpenMP, ggml) waiting
+  for the other thread while that one is throttled or blocked. Sources this
   kernel does not fill are recorded as such (`sources()`): task delay accounting is off on this
   machine (`kernel.task_delayacct = 0`, a host setting we record and do not change), so per-thread
   block-I/O delay is not available and PSI is the I/O-wait source.
@@ -171,9 +173,11 @@ class TokenClock:
         return int(f[9]) / 1e3, int(f[2]) * 512  # io_ticks (ms), sectors read
 
     def read(self, before: bool = True) -> Snapshot:
-        """Before a decode the thread's own counters are read last, after it first, so that the
-        time spent reading the other files falls outside the thread's window as it falls outside
-        the token's wall time."""
+        """Before a decode the thread's own counters are read last, after it first: they sit
+        right next to the decode's clock, so what the thread does while reading the other files
+        falls outside both. Measured on the tiny model under a 0.05 CPU quota: timing a window
+        around all the reads instead put a whole 245 ms sleep (no run-queue wait, no I/O) into
+        about one token in ten, inside the counter reads, not the decode."""
         if not before:
             ru, sched = self._thread()
         cg_u, cg_s = self._cgroup_cpu()

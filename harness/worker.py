@@ -476,6 +476,7 @@ class Worker:
         m.begin_decode(pos, n)
         c0, ru0 = m.counters(), resource.getrusage(resource.RUSAGE_SELF)
         io0, cg0 = read_proc_io(), read_io_bytes(io_stat)
+        # the thread's counters are read right next to the decode's clock (TokenClock.read)
         snap0 = self.clock.read()
         t0 = time.perf_counter()
         harness_s = t0 - self.last_decode_end if self.last_decode_end is not None else 0.0

@@ -1,0 +1,104 @@
+"""The formats people who benchmark LLM inference already read: one JSON Lines record per
+configuration and repeat in llama-bench's field names (as `llama-bench -o jsonl` writes them, so
+llama.cpp's own comparison scripts can read it), with this pipeline's own fields beside them; and
+per configuration the time to first token, prompt processing and per-token latency percentiles.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PERCENTILES = (50, 90, 99)
+
+
+def _generated(record_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    tok = pd.read_csv(Path(record_path).parent / "tokens.csv")
+    return tok[tok.phase == "prompt"], tok[tok.phase == "gen"]
+
+
+def llama_bench_record(run: pd.Series, record: dict, root: Path) -> dict:
+    """One run as llama-bench's JSON record (its field names where they apply) plus ours."""
+    prompt, gen = _generated(root / run.record)
+    steady = gen.iloc[1:] if len(gen) > 1 else gen
+    ts = (1.0 / steady.wall_s).to_numpy(float) if len(steady) else np.array([])
+    model = record.get("model") or {}
+    build = record.get("build") or {}
+    machine = record.get("machine") or {}
+    lat = steady.wall_s.to_numpy(float)
+    return {
+        # llama-bench's fields
+        "build_commit": (build.get("commit") or "")[:7], "build_number": 0,
+        "cpu_info": machine.get("cpu_model"), "gpu_info": "", "backends": "CPU",
+        "model_filename": model.get("path"), "model_type": f"{model.get('name')} {model.get('quant')}",
+        "model_size": _size(model.get("path")), "model_n_params": None,
+        "n_batch": None, "n_ubatch": None, "n_threads": int(run.threads),
+        "type_k": "f16", "type_v": "f16", "n_gpu_layers": 0, "use_mmap": True, "embeddings": False,
+        "n_prompt": int(prompt.n_tokens.sum()) if len(prompt) else 0, "n_gen": int(len(gen)),
+        "test_time": record.get("start_utc"),
+        "avg_ns": int(np.mean(lat) * 1e9) if len(lat) else None,
+        "stddev_ns": int(np.std(lat, ddof=1) * 1e9) if len(lat) > 1 else 0,
+        "avg_ts": float(np.mean(ts)) if len(ts) else None,
+        "stddev_ts": float(np.std(ts, ddof=1)) if len(ts) > 1 else 0.0,
+        "samples_ns": [int(x * 1e9) for x in lat], "samples_ts": [float(x) for x in ts],
+        # this pipeline's
+        "run_id": run["run_id"], "repeat": int(run["repeat"]), "profile": run.get("profile"),
+        "mechanism": run.mechanism, "mlock_non_expert": bool(run.mlock_non_expert),
+        "synthetic": bool(run.synthetic), "status": run.status, "regime": run.get("regime"),
+        "steady_tok_per_s": run.get("steady_tok_per_s"), "ttft_s": _ttft(prompt, gen),
+        "prompt_tok_per_s": run.get("prompt_tok_per_s"),
+        **{f"latency_p{p}_s": float(np.percentile(lat, p)) if len(lat) else None
+           for p in PERCENTILES},
+        "limits_in_force": record.get("limits_in_force"), "record": run.record,
+    }
+
+
+def _size(path) -> int | None:
+    try:
+        return Path(path).stat().st_size
+    except (OSError, TypeError):
+        return None
+
+
+def _ttft(prompt: pd.DataFrame, gen: pd.DataFrame) -> float | None:
+    """Time to first token: the prompt's decode and the first generated token's."""
+    if gen.empty:
+        return None
+    return float(prompt.wall_s.sum() + gen.wall_s.iloc[0])
+
+
+def write_jsonl(runs: pd.DataFrame, root: Path, out: Path) -> int:
+    """results/final/llama-bench.jsonl: one line per configuration and repeat."""
+    lines = []
+    for _, run in runs.iterrows():
+        if not isinstance(run.record, str):
+            continue
+        record = json.loads((root / run.record).read_text())
+        lines.append(json.dumps(llama_bench_record(run, record, root), default=str))
+    out.write_text("\n".join(lines) + ("\n" if lines else ""))
+    return len(lines)
+
+
+def latency_table(runs: pd.DataFrame, root: Path) -> pd.DataFrame:
+    """Per configuration: time to first token, prompt tok/s and the steady tokens' latency
+    percentiles over every ok repeat's tokens, beside the median token."""
+    rows = []
+    for run_id, g in runs[runs.status == "ok"].groupby("run_id", sort=False):
+        lat, ttft, pp = [], [], []
+        for rec in g.record:
+            prompt, gen = _generated(root / rec)
+            lat += list(gen.wall_s.iloc[1:] if len(gen) > 1 else gen.wall_s)
+            if (t := _ttft(prompt, gen)) is not None:
+                ttft.append(t)
+            if len(prompt) and prompt.wall_s.sum() > 0:
+                pp.append(prompt.n_tokens.sum() / prompt.wall_s.sum())
+        lat = np.asarray(lat, float)
+        rows.append({"run_id": run_id, "repeats": len(g), "tokens": len(lat),
+                     "ttft_s_median": float(np.median(ttft)) if ttft else None,
+                     "prompt_tok_per_s_median": float(np.median(pp)) if pp else None,
+                     **{f"latency_p{p}_s": float(np.percentile(lat, p)) if len(lat) else None
+                        for p in PERCENTILES}})
+    return pd.DataFrame(rows)
