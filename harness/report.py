@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import analysis, attribution
+from harness import analysis, attribution, export
 from harness import findings
 from harness import plots
 from harness.contract import Status
@@ -325,6 +325,12 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
     if len(dist):
         w.table("disturbed_repeats", dist[["run_id", "repeat", "start_utc", "foreign_read_bytes",
                                            "tok_per_s"]], "runs_table, findings")
+    w.text("### Latency: time to first token, prompt processing, per-token percentiles\n")
+    w.text("Time to first token is the prompt's decode and the first generated token's; the "
+           "percentiles are over every steady token of every ok repeat (the first generated token "
+           "left out). `results/final/llama-bench.jsonl` has each repeat as llama-bench's JSON "
+           "record.\n")
+    w.table("latency", export.latency_table(all_runs, Path(".")), "runs_table, final")
     w.text("### What the first token sees\n")
     w.text("llama.cpp's mmap load maps the file with MAP_POPULATE and POSIX_MADV_WILLNEED, so the "
            "load reads the model inside the run's RAM budget and decoding starts with part of it "

@@ -56,6 +56,17 @@ def test_final_has_results_plots_and_one_record_per_run(pipeline):
     expected = {(r.run_id, k) for r in expand(cfg) for k in range(1, r.repeats + 1)}
     assert set(zip(runs.run_id, runs.repeat, strict=True)) == expected
     assert len(runs) == len(expected)
+    # llama-bench's JSON Lines records, one per configuration and repeat
+    import json
+
+    jsonl = [json.loads(x) for x in (final / "llama-bench.jsonl").read_text().splitlines()]
+    assert {(r["run_id"], r["repeat"]) for r in jsonl} == expected
+    assert all(r["n_gen"] > 0 and r["avg_ts"] > 0 and r["build_commit"] for r in jsonl)
+    lat = pd.read_csv(final / "tables/latency.csv")
+    assert (lat.latency_p99_s >= lat.latency_p50_s).all() and (lat.ttft_s_median > 0).all()
+    # each run's log says which run of how many it is, with the time left
+    logs = "".join(p.read_text() for p in (pipeline / "logs/harness_run").rglob("*.log"))
+    assert re.search(rf"run \d+ of {len(expected)} \(results/runs/.*\): about .* left", logs)
     assert (runs.status == "ok").all()
     assert runs.synthetic.all()
     # repeats interleaved: every repeat-1 run ended before any repeat-2 run started

@@ -9,8 +9,8 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 import json
 from pathlib import Path
 
-from harness import supervise
-from harness.config import cpu_quota_of, profile_limits
+from harness import progress, supervise
+from harness.config import check, cpu_quota_of, profile_limits
 from harness.staging import staged_info
 
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
@@ -18,6 +18,11 @@ manifest = json.loads(Path(snakemake.input.manifest).read_text())
 info = staged_info(json.loads(Path(snakemake.input.info).read_text()), snakemake.config)
 spec = dict(snakemake.params.spec, repeat=snakemake.params.repeat,
             profile=snakemake.params.config["profile"])
+# which run of how many, and the time the study's runs have left (read from the config, not
+# passed as params: adding an entry must not re-run finished runs)
+run_dirs = [f"results/runs/{r.run_id}/rep{k}" for r in check(snakemake.config)
+            for k in range(1, r.repeats + 1)]
+logging.info(progress.line(run_dirs, str(Path(snakemake.output.record).parent)))
 supervise.run(spec, Path(snakemake.output.record).parent, lib_dir=manifest["lib_dir"], build=manifest,
               model_info=info, layout_path=snakemake.input.layout,
               limits=profile_limits(snakemake.params.config, info["path"],
