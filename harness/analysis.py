@@ -43,6 +43,7 @@ def run_row(record_path: Path) -> dict:
         "tok_per_s": n / decode_s if n and decode_s > 0 else float("nan"),
         # the run's figure: the first generated token excluded (it is first_token_s)
         "steady_tok_per_s": steady_rate(gen),
+        "mean_median_gap": mean_median_gap(gen), "run_wall_s": rec.get("wall_s"),
         "prompt_tok_per_s": prompt_rate(tok),
         "majflt_per_token": per("majflt"),
         "bytes_prefetched_per_token": per("bytes_prefetched"),
@@ -71,6 +72,13 @@ def steady_rate(gen: pd.DataFrame) -> float:
     return len(steady) / total if len(steady) and total > 0 else float("nan")
 
 
+def mean_median_gap(gen: pd.DataFrame) -> float:
+    """|mean / median - 1| of the steady tokens' times: large when a few tokens stalled."""
+    steady = gen.wall_s.iloc[1:]
+    med = float(steady.median()) if len(steady) else float("nan")
+    return abs(float(steady.mean()) / med - 1) if med and med == med else float("nan")
+
+
 def prompt_rate(tok: pd.DataFrame) -> float:
     """Prompt processing in tokens per second (the prompt's one batched decode)."""
     p = tok[tok.phase == "prompt"]
@@ -86,14 +94,35 @@ def foreign_read(device: dict, cgroup_io: dict) -> float:
     return float(dev - own) if dev is not None and own is not None and own >= 0 else float("nan")
 
 
+MEAN_MEDIAN_GAP = 0.10  # a run whose mean and median steady token differ by more is flagged
+STEAL_BOUND = 0.05  # CPU steal over this share of the run's CPU time (2 CPUs x wall) flags it
+
+
 def disturbed(runs: pd.DataFrame) -> pd.Series:
-    """Repeats during which something else read the run's disk (recorded, not guessed): these are
-    left out of the verdicts, never out of the tables."""
-    if "foreign_read_bytes" not in runs:
-        return pd.Series(False, index=runs.index)
-    own = runs.get("cgroup_read_bytes_per_token", 0) * runs.get("tokens_completed", 0)
-    f = runs.foreign_read_bytes
-    return (f > DISTURBED_READ_BYTES) & (f > 0.01 * own.fillna(0))
+    """Repeats the machine disturbed, by recorded counters (not guessed): something else read the
+    run's disk, the host stole more than STEAL_BOUND of its CPUs, or its mean and median steady
+    token disagree by more than MEAN_MEDIAN_GAP (a stall inside the run). They are left out of
+    the verdicts, never out of the tables; `flag_reason` in runs.csv says which."""
+    return flag_reason(runs) != ""
+
+
+def flag_reason(runs: pd.DataFrame) -> pd.Series:
+    out = pd.Series("", index=runs.index)
+
+    def add(mask, why):
+        nonlocal out
+        mask = mask.fillna(False).astype(bool)
+        out = out.where(~mask, out.where(out == "", out + "; ") + why)
+
+    if "foreign_read_bytes" in runs:
+        own = runs.get("cgroup_read_bytes_per_token", 0) * runs.get("tokens_completed", 0)
+        f = runs.foreign_read_bytes
+        add((f > DISTURBED_READ_BYTES) & (f > 0.01 * own.fillna(0)), "foreign disk reads")
+    if "cpu_steal_s" in runs and "run_wall_s" in runs:
+        add(runs.cpu_steal_s / (2 * runs.run_wall_s) > STEAL_BOUND, "CPU steal")
+    if "mean_median_gap" in runs:
+        add(runs.mean_median_gap > MEAN_MEDIAN_GAP, "mean and median token disagree")
+    return out
 
 
 def prediction_columns(path: Path) -> dict:

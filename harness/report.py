@@ -315,16 +315,18 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
            "routing hook's own work (residency syscalls, ids, logging; the mechanism excluded), "
            "under the CPU quota; `hook_share`: that time over the median token's "
            "(hook_s_per_token x tok/s).\n")
-    dist = all_runs[all_runs.disturbed]
+    dist = all_runs[all_runs.disturbed].assign(flag_reason=analysis.flag_reason)
     w.text(f"### Repeats left out of the verdicts: {len(dist)}\n")
-    w.text("A repeat during which the rest of the machine read more than "
-           f"{analysis.DISTURBED_READ_BYTES / 1e6:.0f} MB (and over 1% of the run's own reads) from "
-           "the models' disk, by the device's counters against the run's cgroup, was disturbed: it "
-           "stays in the table above and in runs.csv (`disturbed`, `foreign_read_bytes`), and the "
-           "findings below judge the other repeats.\n")
+    w.text("A repeat the machine disturbed, by its recorded counters, is left out of the verdicts "
+           "(it stays in the table above and in runs.csv, `disturbed`): the rest of the machine "
+           f"read more than {analysis.DISTURBED_READ_BYTES / 1e6:.0f} MB (and over 1% of the "
+           "run's own reads) from the models' disk, the host stole more than "
+           f"{analysis.STEAL_BOUND:.0%} of its CPU time, or its mean and median steady token "
+           f"differ by more than {analysis.MEAN_MEDIAN_GAP:.0%}. It is not re-run.\n")
     if len(dist):
-        w.table("disturbed_repeats", dist[["run_id", "repeat", "start_utc", "foreign_read_bytes",
-                                           "tok_per_s"]], "runs_table, findings")
+        w.table("disturbed_repeats", dist[["run_id", "repeat", "start_utc", "flag_reason",
+                                           "foreign_read_bytes", "tok_per_s"]],
+                "runs_table, findings")
     w.text("### Latency: time to first token, prompt processing, per-token percentiles\n")
     w.text("Time to first token is the prompt's decode and the first generated token's; the "
            "percentiles are over every steady token of every ok repeat (the first generated token "

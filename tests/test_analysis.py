@@ -103,3 +103,18 @@ def test_disturbed_repeats_are_those_something_else_read_the_disk_during():
     assert list(analysis.disturbed(runs)) == [False, False, True, False, False]
     assert analysis.foreign_read({"read_bytes": 500}, {"read": 200}) == 300
     assert pd.isna(analysis.foreign_read({"read_bytes": 500}, {"read": -1}))
+
+
+def test_a_run_is_flagged_for_steal_or_a_stall_and_says_why():
+    runs = pd.DataFrame({"foreign_read_bytes": [0.0, 0.0, 0.0, 0.0],
+                         "cgroup_read_bytes_per_token": [1e6] * 4, "tokens_completed": [6] * 4,
+                         "cpu_steal_s": [1.0, 30.0, 0.0, 0.0], "run_wall_s": [100.0] * 4,
+                         "mean_median_gap": [0.02, 0.0, 0.4, 0.09]})
+    assert list(analysis.disturbed(runs)) == [False, True, True, False]
+    assert list(analysis.flag_reason(runs)) == ["", "CPU steal", "mean and median token disagree",
+                                                ""]
+
+
+def test_mean_median_gap_of_the_steady_tokens():
+    gen = pd.DataFrame({"wall_s": [9.0, 1.0, 1.0, 1.0, 1.6]})  # the first token is left out
+    assert analysis.mean_median_gap(gen) == pytest.approx(0.15)
