@@ -423,7 +423,9 @@ class Lookahead(Mechanism):
         self.depth = int(lookahead_layers)
         self.call = lookahead_call
         self.observes = f"{lookahead_source}-".encode()
+        self.source = lookahead_source
         self.routers = self._read_routers()
+        self.norms = self._read_ffn_norms()
         self.residency = Residency(model)
         self.token = 0
         self.predicted: dict[int, tuple[int, set[int]]] = {}  # layer -> (source layer, experts)
@@ -449,6 +451,17 @@ class Lookahead(Mechanism):
             raise ValueError("lookahead: the model has no ffn_gate_inp router tensors")
         return routers
 
+    def _read_ffn_norms(self) -> dict:
+        """Each layer's ffn_norm weight (gamma): what its router's input is scaled by."""
+        import numpy as np
+
+        norms = {}
+        for t in self.layout.data["tensors"]:
+            if t["name"].endswith(".ffn_norm.weight") and t["type"] == "F32":
+                raw = os.pread(self.model.fd, t["bytes"], t["offset"])
+                norms[int(t["name"].split(".")[1])] = np.frombuffer(raw, dtype=np.float32).copy()
+        return norms
+
     def begin_decode(self, first_token, n_tokens):
         self.token = first_token if n_tokens == 1 else -1  # -1: the prompt batch
         self.predicted.clear()
@@ -463,17 +476,13 @@ class Lookahead(Mechanism):
             raise OSError(ctypes.get_errno(), "readahead(2) failed")
 
     def on_hidden(self, layer, rows):
-        import numpy as np
-
         t0 = time.perf_counter()
         for target in range(layer + 1, layer + 1 + self.depth):
             w = self.routers.get(target)
             if w is None:
                 continue
-            logits = rows @ w.T  # (tokens, n_expert)
-            k = min(self.k, w.shape[0])
-            top = np.argpartition(-logits, k - 1, axis=1)[:, :k]
-            experts = {int(e) for e in top.ravel()}
+            experts = predict_experts(rows, self.source, self.norms.get(layer),
+                                      self.norms.get(target), w, self.k)
             # a nearer layer refines a prediction made further back: read ahead what it adds
             _, before = self.predicted.get(target, (layer, set()))
             self.predicted[target] = (layer, before | experts)
@@ -508,6 +517,33 @@ class Lookahead(Mechanism):
 
     def close(self):
         self.base.close()
+
+
+RMS_EPS = 1e-6  # the residual's RMS is far above it: its exact value does not move a top-k
+
+
+def predict_experts(rows, source: str, gamma_source, gamma_target, router, k: int) -> set[int]:
+    """The experts the target layer's router would pick for these hidden states (one row per
+    token): the residual stream normalised as the target layer's ffn_norm would (RMS, then its
+    own weight), then the top k of its router's logits. `ffn_norm` rows were already normalised
+    and scaled by the source layer's weight, which is divided out; `l_out` rows are the raw
+    residual. (The residual the target will really see adds its attention's output: that is what
+    a prediction one layer ahead cannot know.)"""
+    import numpy as np
+
+    x = np.asarray(rows, dtype=np.float32)
+    if source == "ffn_norm":
+        if gamma_source is not None:
+            g = np.where(gamma_source == 0, 1.0, gamma_source)
+            x = x / g
+    else:
+        x = x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + RMS_EPS)
+    if gamma_target is not None:
+        x = x * gamma_target
+    logits = x @ router.T  # (tokens, n_expert)
+    k = min(k, router.shape[0])
+    top = np.argpartition(-logits, k - 1, axis=1)[:, :k]
+    return {int(e) for e in top.ravel()}
 
 
 def writes_model(name: str, options: dict) -> bool:

@@ -54,3 +54,29 @@ def test_lookahead_base_still_reads_every_routed_slab(lookahead_run):
     rec, d, _ = lookahead_run
     tok = pd.read_csv(d / "tokens.csv")
     assert (tok.bytes_read == tok.bytes_routed).all()  # pread+madvise still reads every routed slab
+
+
+def test_the_prediction_uses_the_next_layers_norm_on_the_residual_it_will_see():
+    """Computed independently from the residual x: router L+1 sees rmsnorm(x) * gamma_{L+1}. The
+    mechanism sees only what llama.cpp hands it (layer L's ffn_norm output, rmsnorm(x) * gamma_L,
+    or l_out, x itself) and must get the same top-k; applying router L+1 to layer L's ffn_norm
+    output (the old rule) gets another one when the two layers' norm weights differ."""
+    import numpy as np
+
+    from harness.mechanisms import predict_experts
+
+    rng = np.random.default_rng(3)
+    n_embd, n_expert, k = 64, 16, 4
+    router = rng.standard_normal((n_expert, n_embd)).astype(np.float32)
+    gamma_l = rng.uniform(0.1, 1.9, n_embd).astype(np.float32)
+    gamma_next = rng.uniform(0.1, 1.9, n_embd).astype(np.float32)
+    differs = 0
+    for _ in range(20):
+        x = rng.standard_normal((1, n_embd)).astype(np.float32) * 3.0
+        normed = x / np.sqrt(np.mean(x * x) + 1e-6)
+        want = set(np.argsort(-(normed * gamma_next) @ router.T)[0, :k].tolist())
+        assert predict_experts(normed * gamma_l, "ffn_norm", gamma_l, gamma_next, router, k) == want
+        assert predict_experts(x, "l_out", None, gamma_next, router, k) == want
+        old = set(np.argsort(-(normed * gamma_l) @ router.T)[0, :k].tolist())
+        differs += old != want
+    assert differs >= 10  # the test tells the two rules apart
