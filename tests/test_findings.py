@@ -190,3 +190,15 @@ def test_finding9_lookahead_each_way():
         == INCONCLUSIVE
     assert verdict("9", study(study_best, ours)) == INCONCLUSIVE
 
+
+
+def test_finding10_pread_is_disk_gated_each_way():
+    def mlock(io_share, kernel_share, n=3):
+        # 1 tok/s, 0.6 s of pread a token; io_wait_share of the token waits on I/O
+        return rows("mlock", [1.0] * n, mlock=True, pread_s_per_token=0.6,
+                    io_wait_share=io_share, kernel_share=kernel_share, throttled_share=0.0,
+                    regime="disk-bound", steady_tok_per_s=[1.0, 1.02, 0.98][:n])
+    assert verdict("10", study(PM, mlock([0.55, 0.5, 0.52], 0.05))) == HOLDS  # ~0.9 of pread
+    assert verdict("10", study(PM, mlock([0.05, 0.08, 0.06], 0.5))) == FAILS  # pread is CPU
+    assert verdict("10", study(PM, mlock([0.05, 0.55, 0.3], 0.2))) == INCONCLUSIVE
+    assert verdict("10", study(PM)) == INCONCLUSIVE  # no such runs
