@@ -89,8 +89,8 @@ def ceilings_table(trees: list[Tree], out_dir: Path) -> pd.DataFrame:
         rows.setdefault(key, {"ceiling": key})[t.name] = (
             f"{io.mb_per_s.median():.4g} ([io.csv]({t.link('final/tables/io_ceiling.csv', out_dir)}))")
         for _, c in t.tables["compute_ceiling"].iterrows():
-            key = f"{c.measurement} (tok/s)" + (f" [{c.profile}]" if "profile" in c and
-                                                c.profile == c.profile else "")
+            key = (f"{c.measurement}, {c.model} (tok/s)"
+                   + (f" [{c.profile}]" if "profile" in c and c.profile == c.profile else ""))
             rows.setdefault(key, {"ceiling": key})[t.name] = (
                 f"{c.tok_per_s:.4g} ([compute.json]({t.link('final/tables/compute_ceiling.csv', out_dir)}))")
     return pd.DataFrame(list(rows.values()))

@@ -261,21 +261,27 @@ def _ceilings(w: Writer, d: Loaded, inputs):
     io_t = w.table("io_ceiling", io[["sample", "offset_bytes", "bytes", "mb_per_s", "read_bps_limit"]],
                    "io_ceiling")
     io_med = float(io_t.mb_per_s.median())
+    moe_row = "MoE fully cached, no RAM budget, --repack 0 (the harness's kernels)"
     comp = pd.DataFrame([
         {"measurement": "dense cold", "model": compute["dense_model"],
          "tok_per_s": compute["dense_cold"].get("tok_per_s"), "cpu_quota": compute.get("cpu_quota")},
         {"measurement": "dense warm", "model": compute["dense_model"],
          "tok_per_s": compute["dense_warm"].get("tok_per_s"), "cpu_quota": compute.get("cpu_quota")},
-        {"measurement": "MoE fully cached, no RAM budget, --repack 0 (the harness's kernels)",
-         "model": compute["moe_model"], "tok_per_s": compute["moe_warm"].get("tok_per_s"),
-         "cpu_quota": compute.get("cpu_quota")},
+        {"measurement": moe_row, "model": compute["moe_model"],
+         "tok_per_s": compute["moe_warm"].get("tok_per_s"), "cpu_quota": compute.get("cpu_quota")},
+        *({"measurement": moe_row, "model": name, "tok_per_s": rec.get("tok_per_s"),
+           "cpu_quota": compute.get("cpu_quota")}
+          for name, rec in (compute.get("moe_warm_other") or {}).items()),
         {"measurement": "MoE fully cached, no RAM budget, default repack",
          "model": compute["moe_model"],
          "tok_per_s": (compute.get("moe_warm_default_repack") or {}).get("tok_per_s"),
          "cpu_quota": compute.get("cpu_quota")}])
-    w.text("Compute: llama-bench `-p 0 -n N -r 1 --no-warmup`, under the CPU quota in force.\n")
+    w.text("Compute: llama-bench `-p 0 -n N -r 1 --no-warmup`, under the CPU quota in force; the "
+           "MoE ceiling of each quant the runs use.\n")
     comp_t = w.table("compute_ceiling", comp, "compute_ceiling")
-    moe_ceiling = comp_t.tok_per_s.iloc[2]
+    # read by name, never by row position
+    moe = comp_t[comp_t.measurement == moe_row].set_index("model").tok_per_s
+    moe_ceiling = {str(k): float(v) for k, v in moe.items() if v == v}
     _quota_section(w, inputs, comp_t)
 
     return io_med, comp_t, moe_ceiling
@@ -365,7 +371,8 @@ def _findings(w: Writer, d: Loaded, io_med, comp_t, moe_ceiling) -> list[dict]:
     if trace_run is not None:
         trace = pd.read_csv(Path(trace_run.record).parent / "experts.csv")
     study = findings.Study(runs=runs, layouts=layouts, q4=q4, q2=q2, io_mb_s=io_med,
-                    dense_ceiling=float(comp_t.tok_per_s.iloc[1]), moe_ceiling=moe_ceiling,
+                    dense_ceiling=_ceiling(comp_t, "dense warm"),
+                    moe_ceiling=moe_ceiling.get(q4, float("nan")),
                     trace=trace, trace_synthetic=bool(trace_run.synthetic) if trace_run is not None
                     else True, n_expert=layouts.get(q4, {}).get("n_expert", 0))
     verdicts = []
@@ -518,7 +525,7 @@ def _quota_section(w: Writer, inputs, comp_t: pd.DataFrame) -> None:
     w.text(f"CPU quota in force: **{sig(q.get('cpu_quota'))}** CPUs ({q.get('how')}).\n")
     target = q.get("target_tok_s")
     if target:
-        dense = float(comp_t.tok_per_s.iloc[1])
+        dense = _ceiling(comp_t, "dense warm")
         off = dense / target - 1
         w.text(f"Dense compute ceiling under it: {sig(dense)} tok/s, {off:+.0%} from the "
                f"{target} tok/s target ({'within' if abs(off) <= 0.2 else 'outside'} 20%).\n")
@@ -534,15 +541,20 @@ def _quota_section(w: Writer, inputs, comp_t: pd.DataFrame) -> None:
         w.table("cpu_quota_calibration", pd.DataFrame(q["steps"]), "cpu_quota")
 
 
-def _distance_section(w: Writer, summ, runs, layouts, limits, io_mb_s, moe_ceiling) -> None:
+def _ceiling(comp_t: pd.DataFrame, measurement: str) -> float:
+    rows = comp_t[comp_t.measurement == measurement].tok_per_s
+    return float(rows.iloc[0]) if len(rows) else float("nan")
+
+
+def _distance_section(w: Writer, summ, runs, layouts, limits, io_mb_s, moe_ceiling: dict) -> None:
     """Every configuration beside what the box allows: three byte counts per token, each read at
     the I/O ceiling with no overlap and with perfect overlap of compute."""
     w.text("## Distance to the limit\n")
     budget = limits.get("ram_bytes")
-    compute_s = 1.0 / moe_ceiling if moe_ceiling else float("nan")
+    per_quant = ", ".join(f"{m} {sig(1.0 / v)}" for m, v in moe_ceiling.items() if v)
     w.text("Bytes per generated token read at the median I/O ceiling "
-           f"({sig(io_mb_s)} MB/s), plus the MoE compute time of the fully cached `--repack 0` "
-           f"ceiling ({sig(compute_s)} s/token, for every quant): *cold* reads every routed slab, "
+           f"({sig(io_mb_s)} MB/s), plus the MoE compute time of the model's own fully cached "
+           f"`--repack 0` ceiling (s/token: {per_quant}): *cold* reads every routed slab, "
            "*measured* the bytes the run's cgroup really read, *oracle* what an optimal (Belady) "
            "cache of the RAM budget left after the non-expert tensors "
            f"({budget} bytes in force) would still read on the run's own routing trace. Each bound "
@@ -554,6 +566,8 @@ def _distance_section(w: Writer, summ, runs, layouts, limits, io_mb_s, moe_ceili
         if lay is None:
             continue
         mine = runs[(runs.run_id == s.run_id) & (runs.status == Status.OK.value)]
+        ceiling = moe_ceiling.get(s.model)
+        compute_s = 1.0 / ceiling if ceiling else float("nan")
         cold = lay["bytes_per_token"]
         measured = mine.cgroup_read_bytes_per_token.median() if len(mine) else float("nan")
         # greedy decoding routes alike in every run of a model and length: simulate once each

@@ -56,6 +56,7 @@ rule compute_ceiling:
         quota=CPU_QUOTA,
         dense="results/models/{}.gguf".format(config["ceilings"]["dense_model"]),
         moe="results/models/{}.gguf".format(config["ceilings"]["moe_model"]),
+        other_moe=expand("results/models/{model}.gguf", model=OTHER_MOE_MODELS),
     output:
         COMPUTE_CEILING,
     params:
@@ -63,6 +64,7 @@ rule compute_ceiling:
         config=profile_params,
         dense_model=config["ceilings"]["dense_model"],
         moe_model=config["ceilings"]["moe_model"],
+        other_moe_models=OTHER_MOE_MODELS,
     log:
         "logs/compute_ceiling/{profile}.log",
     conda:

@@ -21,6 +21,13 @@ MAX_REPEATS = max(REPEATS.values(), default=0)
 RUN_DIRS = [f"results/runs/{rid}/rep{k}" for rid, n in REPEATS.items() for k in range(1, n + 1)]
 RUN_MODELS = sorted({r.model for r in RUNS.values()})
 BASELINE_MODELS = list(config["ceilings"]["baseline_models"])
+# every MoE model the runs use besides ceilings.moe_model: each gets its own compute ceiling (the
+# Q2_K ceiling is not the Q4_K_M one)
+OTHER_MOE_MODELS = sorted(
+    m for m in RUN_MODELS
+    if m != config["ceilings"]["moe_model"] and MODELS[m].get("source") == "synthetic"
+    and MODELS[m].get("shape", "").startswith("olmoe")
+)
 LAYOUT_MODELS = sorted(set(RUN_MODELS) | set(BASELINE_MODELS)
                        | {config["ceilings"]["dense_model"], config["ceilings"]["moe_model"]})
 MANIFEST = "results/build/llama.json"
