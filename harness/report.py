@@ -76,8 +76,12 @@ class Writer:
         self.parts: list[str] = []
         self.prefix = ""  # "<profile>/" inside a regime's section of a multi-regime study
         self.by_regime: dict[str, list[pd.DataFrame]] = {}
+        # run ids measured without the profile's limits: every table naming one marks it
+        self.unenforced: set[str] = set()
 
     def table(self, name: str, df: pd.DataFrame, rule: str) -> pd.DataFrame:
+        if self.unenforced and "run_id" in df and "limits_enforced" not in df:
+            df = df.assign(limits_enforced=~df.run_id.isin(self.unenforced))
         df = rounded(df)
         path = self.tables / f"{self.prefix}{name}.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,6 +122,8 @@ def write_findings(inputs, outputs, config: dict) -> None:
 
     d = _load(inputs, config)
     w = Writer(Path(outputs.tables), Path(outputs.plots))
+    if "limits_enforced" in d.all_runs:
+        w.unenforced = set(d.all_runs.run_id[~d.all_runs.limits_enforced.astype(bool)])
     _header(w, d, inputs)
     _attribution_section(w, d)
     names = study_profiles(config)

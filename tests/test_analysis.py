@@ -118,3 +118,15 @@ def test_a_run_is_flagged_for_steal_or_a_stall_and_says_why():
 def test_mean_median_gap_of_the_steady_tokens():
     gen = pd.DataFrame({"wall_s": [9.0, 1.0, 1.0, 1.0, 1.6]})  # the first token is left out
     assert analysis.mean_median_gap(gen) == pytest.approx(0.15)
+
+
+def test_every_table_naming_a_run_measured_without_limits_marks_it(tmp_path):
+    from harness.report import Writer
+
+    w = Writer(tmp_path / "tables", tmp_path / "plots")
+    w.unenforced = {"b"}
+    t = w.table("any", pd.DataFrame({"run_id": ["a", "b"], "tok_per_s": [1.0, 2.0]}), "rule")
+    assert list(t.limits_enforced) == [True, False]
+    assert "limits_enforced" in (tmp_path / "tables/any.csv").read_text()
+    plain = w.table("ceilings", pd.DataFrame({"sample": [0], "mb_per_s": [150.0]}), "rule")
+    assert "limits_enforced" not in plain  # a table of no run is left as it is

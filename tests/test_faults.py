@@ -187,6 +187,9 @@ def test_a_full_disk_during_the_scratch_copy_leaves_no_partial_copy(manifest, ti
     assert sorted(p.name for p in small_tmpfs.iterdir()) == ["model.gguf"]
     assert (tmp_path / "out" / "run.incomplete.json").exists() and not run_cgroups()
     assert sha256_file(model) == m["info"]["sha256"]
+    # a rerun that needs no copy completes on the same, still full-enough, file system
+    rec = _run(manifest, info, m["layout"], tmp_path / "out")
+    assert rec["status"] == "ok" and not (tmp_path / "out" / "run.incomplete.json").exists()
 
 
 @needs_cgroups
@@ -216,3 +219,60 @@ def test_the_reaper_judges_only_its_own_hosts_leftovers(tmp_path):
     for p in (mine_dead, other_host, mine_live):
         p.write_text("x")
     assert left_by_dead_process([mine_dead, other_host, mine_live]) == [mine_dead]
+
+
+@needs_cgroups
+def test_killing_the_worker_is_a_failed_run_that_leaves_nothing(manifest, tiny_models, tmp_path):
+    m = tiny_models["olmoe-tiny-Q4_K_M"]
+    ra = read_ahead_file(block_device_of(m["gguf"])).read_text()
+    code = ("import sys, json; sys.path.insert(0, %r)\n"
+            "from harness import supervise\nfrom harness.config import adhoc_spec\n"
+            "from harness.limits import Limits\n"
+            "m = json.loads(%r)\nman = json.loads(%r)\n"
+            "s = adhoc_spec('victim', 'olmoe-tiny-Q4_K_M', 'none', tokens=1500, time_limit_s=600)\n"
+            "supervise.run(s, %r, lib_dir=man['lib_dir'], build=man, model_info=m['info'],\n"
+            "              layout_path=m['layout'], limits=Limits(cpu_quota=0.1, read_ahead_kb=64,\n"
+            "              device_path=m['gguf']), time_limit_s=600)\n"
+            ) % (str(ROOT), json.dumps(m), json.dumps(manifest), str(tmp_path / "out"))
+    sup = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    workers = []
+    while time.time() < deadline and not workers:
+        workers = [p for p in psutil.process_iter(["cmdline"])
+                   if "harness.worker" in " ".join(p.info["cmdline"] or [])
+                   and str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+        time.sleep(0.2)
+    assert workers, "no worker started"
+    time.sleep(1.0)
+    workers[0].kill()
+    _, err = sup.communicate(timeout=60)
+    assert sup.returncode != 0 and "failed (exit -9)" in err  # a failed run, said so
+    assert (tmp_path / "out" / "run.failed.json").exists()
+    assert not (tmp_path / "out" / "run.json").exists()
+    assert not list((tmp_path / "out").glob(".work-*")) and not run_cgroups()
+    assert read_ahead_file(block_device_of(m["gguf"])).read_text() == ra
+    # the rerun completes
+    rec = _run(manifest, m["info"], m["layout"], tmp_path / "out")
+    assert rec["status"] == "ok" and not (tmp_path / "out" / "run.failed.json").exists()
+
+
+@needs_cgroups
+def test_a_sigkilled_io_ceiling_leaves_a_file_the_next_one_removes(tmp_path):
+    from harness.ceilings import io_ceiling
+
+    code = ("import sys; sys.path.insert(0, %r)\nfrom pathlib import Path\n"
+            "from harness.ceilings import io_ceiling\nfrom harness.limits import Limits\n"
+            "io_ceiling(Path(%r), [64, 64], Limits(read_bps=2_000_000, device_path=%r))"
+            ) % (str(ROOT), str(tmp_path), str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.time() + 120
+    while time.time() < deadline and not run_cgroups():
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.kill()  # no cleanup at all
+    proc.wait(timeout=30)
+    assert list(tmp_path.glob(".io-*-ceiling.bin")), "SIGKILL should leave the file behind"
+    rows = io_ceiling(tmp_path, [4], Limits(device_path=str(tmp_path)))
+    assert len(rows) == 1 and rows[0]["mb_per_s"] > 0
+    assert not list(tmp_path.glob(".io-*")), "the next ceiling did not remove the leftover"
+    assert not run_cgroups(), "the killed ceiling's cgroup was not reaped"
