@@ -192,17 +192,23 @@ def test_a_full_disk_during_the_scratch_copy_leaves_no_partial_copy(manifest, ti
     assert rec["status"] == "ok" and not (tmp_path / "out" / "run.incomplete.json").exists()
 
 
-@needs_cgroups
-def test_a_killed_io_ceiling_leaves_no_test_file(tmp_path):
+def _io_ceiling_reading(directory: Path) -> subprocess.Popen:
+    """An I/O ceiling in its own process, caught reading (throttled to 2 MB/s)."""
     code = ("import sys; sys.path.insert(0, %r)\nfrom pathlib import Path\n"
             "from harness.ceilings import io_ceiling\nfrom harness.limits import Limits\n"
             "io_ceiling(Path(%r), [64, 64], Limits(read_bps=2_000_000, device_path=%r))"
-            ) % (str(ROOT), str(tmp_path), str(tmp_path))
+            ) % (str(ROOT), str(directory), str(directory))
     proc = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.time() + 120
-    while time.time() < deadline and not run_cgroups():  # reading, throttled to 2 MB/s
+    while time.time() < deadline and not run_cgroups():
         time.sleep(0.2)
     time.sleep(1.0)
+    return proc
+
+
+@needs_cgroups
+def test_a_killed_io_ceiling_leaves_no_test_file(tmp_path):
+    proc = _io_ceiling_reading(tmp_path)
     assert proc.poll() is None and list(tmp_path.glob(".io-*"))
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
@@ -260,15 +266,7 @@ def test_killing_the_worker_is_a_failed_run_that_leaves_nothing(manifest, tiny_m
 def test_a_sigkilled_io_ceiling_leaves_a_file_the_next_one_removes(tmp_path):
     from harness.ceilings import io_ceiling
 
-    code = ("import sys; sys.path.insert(0, %r)\nfrom pathlib import Path\n"
-            "from harness.ceilings import io_ceiling\nfrom harness.limits import Limits\n"
-            "io_ceiling(Path(%r), [64, 64], Limits(read_bps=2_000_000, device_path=%r))"
-            ) % (str(ROOT), str(tmp_path), str(tmp_path))
-    proc = subprocess.Popen([sys.executable, "-c", code])
-    deadline = time.time() + 120
-    while time.time() < deadline and not run_cgroups():
-        time.sleep(0.2)
-    time.sleep(1.0)
+    proc = _io_ceiling_reading(tmp_path)
     proc.kill()  # no cleanup at all
     proc.wait(timeout=30)
     assert list(tmp_path.glob(".io-*-ceiling.bin")), "SIGKILL should leave the file behind"
