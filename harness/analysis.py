@@ -13,9 +13,7 @@ import pandas as pd
 from harness import attribution
 from harness.contract import Status
 
-HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
-WIDE_SPREAD = 0.25  # (max-min)/median above this: too noisy to support a verdict
-MIN_REPEATS = 2  # fewer ok repeats than this on either side: no verdict
+WIDE_SPREAD = 0.25  # (max-min)/median above this: flagged `wide_spread` in the summary table
 
 
 # --- the runs table ---------------------------------------------------------------------------

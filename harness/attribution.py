@@ -36,6 +36,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness import box
+from harness.box import parse_keyed, read_value
+
 if TYPE_CHECKING:  # the measured process never imports pandas for this module
     import pandas as pd
 
@@ -60,22 +63,6 @@ class CounterFiles:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _read(path: str | Path) -> str | None:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return None
-
-
-def _keyed(text: str | None) -> dict:
-    out = {}
-    for line in (text or "").splitlines():
-        k, _, v = line.partition(" ")
-        with contextlib.suppress(ValueError):
-            out[k] = int(v)
-    return out
-
-
 def _psi_total(text: str | None, kind: str) -> float:
     """The `total=` (µs) of the "some" or "full" line of a pressure file, in seconds; -1 unknown."""
     for line in (text or "").splitlines():
@@ -86,18 +73,8 @@ def _psi_total(text: str | None, kind: str) -> float:
     return -1.0
 
 
-def device_stat_file(device: str | None) -> Path | None:
-    if not device:
-        return None
-    d = Path("/sys/dev/block") / device
-    if (d / "partition").exists():
-        d = d.resolve().parent
-    return d / "stat"
-
-
 @dataclass(frozen=True)
 class Snapshot:
-    t: float  # monotonic seconds
     thread_user_s: float
     thread_sys_s: float
     thread_run_s: float  # on-CPU (CLOCK_THREAD_CPUTIME_ID)
@@ -120,7 +97,11 @@ class TokenClock:
 
     def __init__(self, files: CounterFiles):
         self.files = files
-        self.dev_stat = device_stat_file(files.device)
+        # resolved once: a partition's whole disk (box.whole_disk) is a sysfs walk
+        self.dev_stat = None
+        if files.device:
+            with contextlib.suppress(OSError):
+                self.dev_stat = box.device_stat_file(files.device)
 
     def _cgroup_cpu(self) -> tuple[float, float]:
         d = self.files.cpuacct_dir
@@ -128,10 +109,10 @@ class TokenClock:
             return -1.0, -1.0
         d = Path(d)
         if (d / "cpuacct.usage_user").exists():
-            u, s = _read(d / "cpuacct.usage_user"), _read(d / "cpuacct.usage_sys")
+            u, s = read_value(d / "cpuacct.usage_user"), read_value(d / "cpuacct.usage_sys")
             if u is not None and s is not None:
                 return int(u) / 1e9, int(s) / 1e9
-        st = _keyed(_read(d / "cpu.stat"))
+        st = parse_keyed(read_value(d / "cpu.stat"))
         if "user_usec" in st:
             return st["user_usec"] / 1e6, st["system_usec"] / 1e6
         return -1.0, -1.0
@@ -139,7 +120,7 @@ class TokenClock:
     def _throttle(self) -> tuple[float, int, int]:
         if not self.files.cpu_stat:
             return -1.0, -1, -1
-        st = _keyed(_read(self.files.cpu_stat))
+        st = parse_keyed(read_value(self.files.cpu_stat))
         if "throttled_time" in st:  # v1: ns
             thr = st["throttled_time"] / 1e9
         elif "throttled_usec" in st:  # v2: µs
@@ -152,25 +133,22 @@ class TokenClock:
         d = self.files.pressure_dir
         if not d:
             return -1.0, -1.0, -1.0, -1.0
-        io = _read(Path(d) / "io.pressure")
+        io = read_value(Path(d) / "io.pressure")
         return (_psi_total(io, "some"), _psi_total(io, "full"),
-                _psi_total(_read(Path(d) / "memory.pressure"), "some"),
-                _psi_total(_read(Path(d) / "cpu.pressure"), "some"))
+                _psi_total(read_value(Path(d) / "memory.pressure"), "some"),
+                _psi_total(read_value(Path(d) / "cpu.pressure"), "some"))
 
     @staticmethod
     def _thread():
         # on-CPU time from CLOCK_THREAD_CPUTIME_ID, which brings the running task's runtime up to
         # date; schedstat's first field lags by up to a tick for the running thread (measured:
         # 0 ms on-CPU for 1 ms tokens), its run_delay is current while the thread runs
-        sched = (_read("/proc/thread-self/schedstat") or "-1 -1 0").split()
+        sched = (read_value(Path("/proc/thread-self/schedstat")) or "-1 -1 0").split()
         return resource.getrusage(resource.RUSAGE_THREAD), [int(time.thread_time_ns()), sched[1]]
 
     def _disk(self) -> tuple[float, int]:
-        text = _read(self.dev_stat) if self.dev_stat else None
-        if not text:
-            return -1.0, -1
-        f = text.split()
-        return int(f[9]) / 1e3, int(f[2]) * 512  # io_ticks (ms), sectors read
+        st = box.parse_device_stat(read_value(self.dev_stat)) if self.dev_stat else {}
+        return (st["io_ticks_s"], st["read_bytes"]) if st else (-1.0, -1)
 
     def read(self, before: bool = True) -> Snapshot:
         """Before a decode the thread's own counters are read last, after it first: they sit
@@ -187,7 +165,7 @@ class TokenClock:
         if before:
             ru, sched = self._thread()
         return Snapshot(
-            t=time.monotonic(), thread_user_s=ru.ru_utime, thread_sys_s=ru.ru_stime,
+            thread_user_s=ru.ru_utime, thread_sys_s=ru.ru_stime,
             thread_run_s=int(sched[0]) / 1e9, thread_delay_s=int(sched[1]) / 1e9,
             cg_user_s=cg_u, cg_sys_s=cg_s, throttled_s=thr, nr_periods=periods,
             nr_throttled=throttled, io_some_s=io_some, io_full_s=io_full, mem_some_s=mem_some,
@@ -205,9 +183,9 @@ def parts(a: Snapshot, b: Snapshot, wall: float) -> dict:
     Counters this machine does not have come out as -1, and the identity is then not checked
     (identity_ok -1)."""
 
-    def d(name, scale=1.0):
+    def d(name):
         x, y = getattr(a, name), getattr(b, name)
-        return (y - x) * scale if x >= 0 and y >= 0 else -1
+        return y - x if x >= 0 and y >= 0 else -1
 
     io, delay, run = d("io_some_s"), d("thread_delay_s"), d("thread_run_s")
     # on-CPU time from schedstat (ns); rusage's user/system split is sampled at the tick (4 ms
@@ -241,11 +219,9 @@ def sources(files: CounterFiles) -> dict:
     return {
         "thread_rusage": True,
         "schedstat": snap.thread_run_s >= 0,
-        "task_delayacct": (_read("/proc/sys/kernel/task_delayacct") or "").strip() or None,
+        "task_delayacct": read_value(Path("/proc/sys/kernel/task_delayacct")),
         "cgroup_cpu": snap.cg_user_s >= 0, "cpu_stat_throttle": snap.throttled_s >= 0,
         "psi": snap.io_some_s >= 0, "disk_stat": snap.disk_busy_s >= 0,
-        "sched_cfs_bandwidth_slice_us": (_read("/proc/sys/kernel/sched_cfs_bandwidth_slice_us")
-                                         or "").strip() or None,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
     }
 

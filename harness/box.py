@@ -129,11 +129,22 @@ def restore_all_leftovers() -> list[dict]:
 # --- the host's settings and counters, recorded ---------------------------------------------------
 
 
-def _read(p: Path) -> str | None:
+def read_value(p: Path) -> str | None:
+    """A small kernel file's text, stripped; None where it cannot be read."""
     try:
-        return p.read_text().strip()
+        return Path(p).read_text().strip()
     except OSError:
         return None
+
+
+def parse_keyed(text: str | None) -> dict:
+    """'key value' lines (cpu.stat and the like) as {key: int}; lines that are not are skipped."""
+    out = {}
+    for line in (text or "").splitlines():
+        k, _, v = line.partition(" ")
+        with contextlib.suppress(ValueError):
+            out[k] = int(v)
+    return out
 
 
 def _tree(d: Path, depth: int = 6) -> dict:
@@ -143,7 +154,7 @@ def _tree(d: Path, depth: int = 6) -> dict:
         if p.is_dir() and depth > 0:
             out[p.name] = _tree(p, depth - 1)
         elif p.is_file():
-            v = _read(p)
+            v = read_value(p)
             if v is not None:
                 out[p.name] = v.splitlines()[0] if v else ""
     return out
@@ -158,7 +169,7 @@ def damon_snapshot(refresh: bool = True) -> list[dict]:
     if not kd.is_dir():
         return out
     for d in sorted(p for p in kd.iterdir() if p.is_dir()):
-        state = _read(d / "state")
+        state = read_value(d / "state")
         if refresh and state == "on":
             with contextlib.suppress(OSError):
                 (d / "state").write_text("update_schemes_stats")
@@ -167,12 +178,12 @@ def damon_snapshot(refresh: bool = True) -> list[dict]:
             schemes = []
             for s in sorted(p for p in (c / "schemes").iterdir() if p.is_dir()):
                 schemes.append({
-                    "index": int(s.name), "action": _read(s / "action"),
+                    "index": int(s.name), "action": read_value(s / "action"),
                     "access_pattern": _tree(s / "access_pattern"),
                     "quotas": _tree(s / "quotas", 1),
                     "filters": _tree(s / "ops_filters", 2) if (s / "ops_filters").is_dir() else {},
                     "stats": {k: int(v) for k, v in _tree(s / "stats").items() if v.isdigit()}})
-            ctxs.append({"operations": _read(c / "operations"),
+            ctxs.append({"operations": read_value(c / "operations"),
                          "intervals_us": _tree(c / "monitoring_attrs" / "intervals", 0),
                          "schemes": schemes})
         out.append({"kdamond": int(d.name), "state": state, "contexts": ctxs})
@@ -197,22 +208,32 @@ def damon_applied(before: list[dict], after: list[dict]) -> dict:
 
 
 def thp_settings() -> dict:
-    return {k: _read(THP / k) for k in ("enabled", "defrag", "shmem_enabled")}
+    return {k: read_value(THP / k) for k in ("enabled", "defrag", "shmem_enabled")}
 
 
 def sched_settings() -> dict:
     """Host scheduler settings that shape a CPU quota's effect (see limits.CPU_PERIOD_US)."""
-    v = _read(Path("/proc/sys/kernel/sched_cfs_bandwidth_slice_us"))
+    v = read_value(Path("/proc/sys/kernel/sched_cfs_bandwidth_slice_us"))
     return {"sched_cfs_bandwidth_slice_us": int(v) if v and v.isdigit() else None}
 
 
 def device_stat(major_minor: str) -> dict:
     """Whole-disk counters (/sys/block/<dev>/stat): bytes read and written since boot."""
-    f = (_read(whole_disk(major_minor) / "stat") or "").split()
-    if len(f) < 7:
+    return parse_device_stat(read_value(device_stat_file(major_minor)))
+
+
+def device_stat_file(major_minor: str) -> Path:
+    return whole_disk(major_minor) / "stat"
+
+
+def parse_device_stat(text: str | None) -> dict:
+    """A /sys/block/<dev>/stat line: bytes and requests read and written, and the time the
+    device had requests in flight (io_ticks, its busy time)."""
+    f = (text or "").split()
+    if len(f) < 10:
         return {}
     return {"read_bytes": int(f[2]) * SECTOR, "write_bytes": int(f[6]) * SECTOR,
-            "reads": int(f[0]), "writes": int(f[4])}
+            "reads": int(f[0]), "writes": int(f[4]), "io_ticks_s": int(f[9]) / 1e3}
 
 
 def vmstat() -> dict:

@@ -99,7 +99,9 @@ def io_ceiling(scratch_dir: Path, samples_mib: list[int], limits: Limits) -> lis
         left.unlink(missing_ok=True)
     test = scratch_dir / f".io-{owner_tag()}-ceiling.bin"
     total = sum(samples_mib) << 20
-    with measurelock.interruptible():  # SIGTERM runs the finally below: no 2.5 GiB file is left
+    # the lock around the whole ceiling: writing its 2.5 GiB test file disturbs a measurement as
+    # much as reading it; SIGTERM runs the finally below, so no test file is left
+    with measurelock.interruptible(), measurelock.exclusive("the I/O ceiling"):
         return _io_samples(test, scratch_dir, samples_mib, limits, total)
 
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 
 from harness import analysis, stats
-from harness.analysis import FAILS, HOLDS, INCONCLUSIVE
+from harness.stats import FAILS, HOLDS, INCONCLUSIVE
 from harness.contract import Status
 from harness.stats import Verdict
 
@@ -31,12 +30,6 @@ MIN_BUDGETS = 4  # a trend against the LRU budget needs four budgets
 def _rng(s: pd.Series) -> str:
     s = s.dropna()
     return f"{s.min():.3g}-{s.max():.3g}" if len(s) else "-"
-
-
-def paired_ratios(a: pd.DataFrame, b: pd.DataFrame, col: str) -> pd.Series:
-    """b[col] / a[col] repeat by repeat (repeat k of each ran in the same interleaved round)."""
-    m = a[["repeat", col]].merge(b[["repeat", col]], on="repeat", suffixes=("_a", "_b"))
-    return (m[f"{col}_b"] / m[f"{col}_a"]).replace([np.inf, -np.inf], np.nan)
 
 
 def _one(sel: pd.DataFrame) -> str:
@@ -59,6 +52,7 @@ class Study:
     trace: pd.DataFrame | None = None
     trace_synthetic: bool = True
     n_expert: int = 0
+    _pools: dict = field(default_factory=dict, repr=False)  # value -> stats.Pool, made once
 
     @property
     def value(self) -> str:
@@ -71,11 +65,10 @@ class Study:
         """The variance the ok runs of every configuration share, of `value` (default: the
         run's figure)."""
         key = value or self.value
-        cache = self.__dict__.setdefault("_pools", {})
-        if key not in cache:
+        if key not in self._pools:
             ok = self.ok()
-            cache[key] = stats.Pool.of(ok[ok[key] > 0], key)
-        return cache[key]
+            self._pools[key] = stats.Pool.of(ok[ok[key] > 0], key)
+        return self._pools[key]
 
     def compare(self, a: pd.DataFrame, b: pd.DataFrame, value: str | None = None) -> stats.Interval:
         return stats.compare(self.pool(value), _one(a), _one(b))

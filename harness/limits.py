@@ -26,7 +26,7 @@ from typing import ClassVar
 from pathlib import Path
 
 from harness.attribution import CounterFiles
-from harness.box import BoxError, DeviceReadahead
+from harness.box import BoxError, DeviceReadahead, parse_keyed, read_value
 from harness.util import left_by_dead_process, owner_tag
 
 CGROOT = Path("/sys/fs/cgroup")
@@ -208,14 +208,7 @@ class RunCgroup:
     def cpu_stat(self) -> dict:
         """CPU time used and time throttled by the quota (cpu.stat, the same keys in v1 and v2)."""
         f = self._counter("cpu")
-        out = {}
-        if f is None:
-            return out
-        with contextlib.suppress(OSError):
-            for line in f.read_text().splitlines():
-                k, _, v = line.partition(" ")
-                out[k] = int(v)
-        return out
+        return parse_keyed(read_value(f)) if f is not None else {}
 
     def kill_all(self, timeout_s: float = 10.0) -> None:
         """SIGKILL every task still in the run's cgroups and wait for them to leave: nothing of a

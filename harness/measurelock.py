@@ -27,6 +27,9 @@ LOCK_NAME = "measurement.lock"
 WAIT_S = float(os.environ.get("MOE_BENCH_LOCK_WAIT_S", "60"))
 
 
+_held: dict[Path, int] = {}  # lock file -> how deeply this process holds it
+
+
 class MeasurementBusy(RuntimeError):
     pass
 
@@ -72,11 +75,21 @@ def holder(path: Path | None = None) -> dict:
 @contextlib.contextmanager
 def exclusive(what: str, wait_s: float | None = None, state_dir: Path | None = None):
     """Hold the machine's measurement lock while the block runs. Waits up to `wait_s` for a live
-    holder, then raises MeasurementBusy naming it."""
-    wait_s = WAIT_S if wait_s is None else wait_s
+    holder, then raises MeasurementBusy naming it. Reentrant within a process: a measurement made
+    of several (the I/O ceiling's samples, each a llama-bench or a read in its own cgroup) holds
+    it once around all of them, and the inner ones pass (an flock on a second descriptor of the
+    same file would wait for the first)."""
     d = state_dir or STATE_DIR
-    d.mkdir(parents=True, exist_ok=True)
     path = d / LOCK_NAME
+    if _held.get(path):
+        _held[path] += 1
+        try:
+            yield path
+        finally:
+            _held[path] -= 1
+        return
+    wait_s = WAIT_S if wait_s is None else wait_s
+    d.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         deadline = time.monotonic() + wait_s
@@ -102,6 +115,10 @@ def exclusive(what: str, wait_s: float | None = None, state_dir: Path | None = N
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "what": what, "since": dt.datetime.now(
             dt.UTC).isoformat(timespec="seconds")}).encode(), 0)
-        yield path
+        _held[path] = 1
+        try:
+            yield path
+        finally:
+            _held.pop(path, None)
     finally:
         os.close(fd)  # releases the flock

@@ -129,7 +129,7 @@ def write_findings(inputs, outputs, config: dict) -> None:
     names = study_profiles(config)
     verdicts_by: dict[str, list[dict]] = {}
     for i, name in enumerate(names):
-        sub, sub_inputs = _regime(d, inputs, name, i) if len(names) > 1 else (d, _one_regime(inputs))
+        sub, sub_inputs = _regime(d, inputs, name, i, several=len(names) > 1)
         if len(names) > 1:
             w.prefix = f"{name}/"
             w.text(f"# Regime: {name}\n")
@@ -148,30 +148,20 @@ def write_findings(inputs, outputs, config: dict) -> None:
     log.info(f"wrote {out_md}")
 
 
-def _one_regime(inputs) -> SimpleNamespace:
-    """A single-profile study's inputs, one file each (the rules name them per profile)."""
-    return SimpleNamespace(runs=inputs.runs, layouts=inputs.layouts, infos=inputs.infos,
-                           records=inputs.records, io=_first(inputs.io),
-                           compute=_first(inputs.compute), quota=_first(getattr(inputs, "quota", None)),
-                           baselines=list(inputs.baselines))
-
-
-def _first(x):
-    return x if x is None or isinstance(x, str) else (x[0] if len(x) else None)
-
-
-def _regime(d: Loaded, inputs, name: str, i: int):
-    """One regime's runs, records and ceilings, as the single-regime sections read them."""
-    runs = d.all_runs[d.all_runs.profile == name]
-    records = [r for r in d.records if (r.get("spec") or {}).get("profile") == name]
-    sub = dataclasses.replace(
-        d, all_runs=runs, runs=d.runs[d.runs.profile == name], records=records,
-        limits=records[0].get("limits_in_force", {}) if records else {})
-    sub_inputs = SimpleNamespace(
+def _regime(d: Loaded, inputs, name: str, i: int, several: bool):
+    """One regime's runs, records and ceilings, as the single-regime sections read them (the
+    rules name ceilings per profile, so even a one-profile study gets lists of one)."""
+    if several:
+        runs = d.all_runs[d.all_runs.profile == name]
+        records = [r for r in d.records if (r.get("spec") or {}).get("profile") == name]
+        d = dataclasses.replace(d, all_runs=runs, runs=d.runs[d.runs.profile == name],
+                                records=records,
+                                limits=records[0].get("limits_in_force", {}) if records else {})
+    quota = getattr(inputs, "quota", None)
+    return d, SimpleNamespace(
         runs=inputs.runs, layouts=inputs.layouts, infos=inputs.infos, records=inputs.records,
-        io=inputs.io[i], compute=inputs.compute[i], quota=inputs.quota[i],
-        baselines=[b for b in inputs.baselines if f"/baselines/{name}/" in b])
-    return sub, sub_inputs
+        io=inputs.io[i], compute=inputs.compute[i], quota=quota[i] if quota else None,
+        baselines=[b for b in inputs.baselines if not several or f"/baselines/{name}/" in b])
 
 
 @dataclass

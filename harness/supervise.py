@@ -54,22 +54,17 @@ def pipeline_pid() -> int | None:
 
 
 def _alive(pid: int | None) -> bool:
+    """None (nothing to watch) counts as alive; a zombie (exited, not yet reaped) as dead."""
+    import psutil
+
     if pid is None:
         return True
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.Error:
         return True
-    return Path(f"/proc/{pid}").exists() and "Z" not in _proc_state(pid)
-
-
-def _proc_state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "?"
 
 
 def utcnow() -> str:

@@ -13,7 +13,7 @@ from harness.limits import Limits, cgroup_version
 
 
 def snap(**kw):
-    base = dict(t=0.0, thread_user_s=0.0, thread_sys_s=0.0, thread_run_s=0.0, thread_delay_s=0.0,
+    base = dict(thread_user_s=0.0, thread_sys_s=0.0, thread_run_s=0.0, thread_delay_s=0.0,
                 cg_user_s=0.0, cg_sys_s=0.0, throttled_s=0.0, nr_periods=0, nr_throttled=0,
                 io_some_s=0.0, io_full_s=0.0, mem_some_s=0.0, cpu_some_s=0.0, disk_busy_s=0.0,
                 disk_read_bytes=0)

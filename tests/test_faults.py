@@ -274,3 +274,17 @@ def test_a_sigkilled_io_ceiling_leaves_a_file_the_next_one_removes(tmp_path):
     assert len(rows) == 1 and rows[0]["mb_per_s"] > 0
     assert not list(tmp_path.glob(".io-*")), "the next ceiling did not remove the leftover"
     assert not run_cgroups(), "the killed ceiling's cgroup was not reaped"
+
+
+def test_the_lock_is_reentrant_within_a_process_and_still_excludes_others(tmp_path):
+    with measurelock.exclusive("outer", wait_s=0, state_dir=tmp_path):
+        with measurelock.exclusive("inner sample", wait_s=0, state_dir=tmp_path):
+            pass  # no wait, no deadlock on a second descriptor
+        other = subprocess.run([sys.executable, "-c", (
+            "import sys; sys.path.insert(0, %r)\nfrom pathlib import Path\n"
+            "from harness import measurelock\n"
+            "with measurelock.exclusive('other', wait_s=0, state_dir=Path(%r)):\n    pass"
+        ) % (str(ROOT), str(tmp_path))], capture_output=True, text=True)
+        assert other.returncode != 0 and "MeasurementBusy" in other.stderr
+    with measurelock.exclusive("again", wait_s=0, state_dir=tmp_path):
+        pass  # released after the outer block
