@@ -189,7 +189,11 @@ def box_columns(rec: dict, gen: pd.DataFrame, per) -> dict:
 
 
 def runs_table(record_paths: list) -> pd.DataFrame:
-    return pd.DataFrame([run_row(Path(p)) for p in record_paths])
+    """One row per run record, with `flag_reason` and `disturbed` (left out of the verdicts)."""
+    table = pd.DataFrame([run_row(Path(p)) for p in record_paths])
+    table["flag_reason"] = flag_reason(table)
+    table["disturbed"] = table.flag_reason != ""
+    return table
 
 
 def summarize(runs: pd.DataFrame, value: str = "tok_per_s") -> pd.DataFrame:
