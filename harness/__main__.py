@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness import supervise
+from harness import parameters, supervise
 from harness.config import adhoc_spec, parse_size
 from harness.layout import read_layout
 from harness.limits import Limits
@@ -26,24 +26,37 @@ from harness.util import atomic_write_json, sha256_file
 from harness.model_file import check_gguf
 
 
+def add_run_parameters(ap: argparse.ArgumentParser) -> None:
+    """One flag per run parameter that has one (harness.parameters), with its default and
+    allowed values; a boolean that is on by default is turned off by its flag."""
+    for p in parameters.PARAMETERS:
+        if not p.cli:
+            continue
+        helptext = p.doc.replace("%", "%%") + (f" [{p.unit}]" if p.unit else "")
+        if p.type is bool:
+            action = "store_false" if p.default else "store_true"
+            ap.add_argument(*p.cli, dest=p.name, action=action, default=p.default, help=helptext)
+            continue
+        choices = p.choices or None
+        if p.name == "mechanism":
+            choices = sorted(REGISTRY)
+        elif p.name == "lookahead_base":
+            choices = sorted(m for m in REGISTRY if m != "lookahead")
+        default = "pread+madvise" if p.name == "mechanism" else p.default  # the study's design
+        ap.add_argument(*p.cli, dest=p.name, type=p.type, default=default, choices=choices,
+                        help=helptext + (" (default: 2)" if p.name == "threads" else ""))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness", description=__doc__.split("\n\n")[0])
     ap.add_argument("-m", "--model", required=True, help="GGUF file")
-    ap.add_argument("--mechanism", default="pread+madvise", choices=sorted(REGISTRY))
-    ap.add_argument("-n", "--tokens", type=int, default=32)
-    ap.add_argument("-t", "--threads", type=int, default=2)
-    ap.add_argument("-p", "--prompt", default="The history of the Roman Empire begins with")
-    ap.add_argument("--mlock-non-expert", action="store_true")
-    ap.add_argument("-q", "--no-expert-log", action="store_true", help="no per-expert CSV (the original -q)")
-    ap.add_argument("--lru-budget-mb", type=int, default=0)
-    ap.add_argument("--prefetch-threads", type=int, default=1)
+    add_run_parameters(ap)
     ap.add_argument("--ram-budget", help="e.g. 1.7GiB (a cgroup memory limit)")
     ap.add_argument("--read-bps", help="e.g. 150MB (a blkio/io read throttle)")
     ap.add_argument("--write-bps", help="e.g. 150MB (a blkio/io write throttle)")
     ap.add_argument("--read-ahead-kb", type=int, help="the device's read_ahead_kb during the run "
                     "(restored afterwards; default: leave it)")
     ap.add_argument("--cpu-quota", type=float, help="CPU time in CPUs (cgroup cfs quota), e.g. 0.2")
-    ap.add_argument("--time-limit", type=float, default=1800)
     ap.add_argument("--manifest", default="results/build/llama.json")
     ap.add_argument("-o", "--out", required=True, help="output directory of the run's records")
     a = ap.parse_args(argv)
@@ -61,18 +74,17 @@ def main(argv=None) -> int:
     manifest = json.loads(Path(a.manifest).read_text())
     info = {"name": model.stem, "path": str(model), "sha256": sha256_file(model),
             "synthetic": layout["synthetic"], "seed": layout["seed"], "source": "path"}
+    given = {p.name: getattr(a, p.name) for p in parameters.PARAMETERS
+             if p.cli and getattr(a, p.name) is not None}
     spec = adhoc_spec(f"{model.stem}-{a.mechanism}", model.stem, a.mechanism, entry="cli",
-                      mlock_non_expert=a.mlock_non_expert, log_experts=not a.no_expert_log,
-                      threads=a.threads, prompt=a.prompt, tokens=a.tokens,
-                      lru_budget_mb=a.lru_budget_mb, prefetch_threads=a.prefetch_threads,
-                      time_limit_s=a.time_limit)
+                      **{k: v for k, v in given.items() if k != "mechanism"})
     limits = Limits(ram_bytes=parse_size(a.ram_budget, "--ram-budget") if a.ram_budget else None,
                     read_bps=parse_size(a.read_bps, "--read-bps") if a.read_bps else None,
                     write_bps=parse_size(a.write_bps, "--write-bps") if a.write_bps else None,
                     read_ahead_kb=a.read_ahead_kb, cpu_quota=a.cpu_quota, device_path=str(model))
     try:
         rec = supervise.run(spec, a.out, lib_dir=manifest["lib_dir"], build=manifest, model_info=info,
-                            layout_path=str(layout_path), limits=limits, time_limit_s=a.time_limit)
+                            layout_path=str(layout_path), limits=limits, time_limit_s=spec["time_limit_s"])
     except supervise.RunFailed as exc:
         print(exc, file=sys.stderr)
         return 1

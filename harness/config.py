@@ -14,24 +14,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import parameters
 from harness.mechanisms import REGISTRY
 
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]i?)?[bB]?\s*$")
 UNITS = {None: 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
-# keys an experiment may vary; every one is a harness parameter
-RUN_KEYS = ("model", "mechanism", "mlock_non_expert", "log_experts", "threads", "prompt", "tokens",
-            "repeats", "lru_budget_mb", "prefetch_threads", "time_limit_s", "evict_after_load",
-            "lookahead_base", "lookahead_experts", "lookahead_layers", "lookahead_call",
-            "lookahead_source", "writeback")
-SWEEPABLE = ("model", "mechanism", "mlock_non_expert", "log_experts", "threads", "tokens",
-             "lru_budget_mb", "prefetch_threads", "evict_after_load", "lookahead_base",
-             "lookahead_experts", "lookahead_layers", "lookahead_call", "lookahead_source",
-             "writeback")
-# the values of keys only a mechanism reads, when an experiment leaves them out
-MECHANISM_DEFAULTS = {"lru_budget_mb": 0, "prefetch_threads": 1, "lookahead_base": "madvise",
-                      "lookahead_experts": 8, "lookahead_layers": 1, "lookahead_call": "madvise",
-                      "lookahead_source": "ffn_norm", "writeback": "kernel"}
+# the run parameters (names, types, defaults, which mechanisms read them) are harness.parameters'
+SWEEPABLE, MECHANISM_DEFAULTS = parameters.SWEEPABLE, parameters.MECHANISM_DEFAULTS
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9._+-]*$")
 # bounds on what one run may ask for: a run past them would take hours, or its context would
 # not fit (refused before any job starts, naming the key)
@@ -92,7 +82,7 @@ class RunSpec:
         return d
 
 
-DEFAULT_PROMPT = "The history of the Roman Empire begins with"
+DEFAULT_PROMPT = parameters.DEFAULT_PROMPT
 
 
 def adhoc_spec(run_id: str, model: str, mechanism: str, *, repeat: int = 1, **overrides) -> dict:
@@ -100,9 +90,10 @@ def adhoc_spec(run_id: str, model: str, mechanism: str, *, repeat: int = 1, **ov
     defaults, then `overrides` (RunSpec fields, or supervisor switches such as `warm`). The one
     constructor besides `expand`, so every spec has the same keys."""
     fields = set(RunSpec.__dataclass_fields__)
+    declared = {p.name: p.default for p in parameters.PARAMETERS if p.default is not None}
+    # no profile here: 2 threads; one repeat
     base = RunSpec(run_id=run_id, entry="adhoc", model=model, mechanism=mechanism,
-                   mlock_non_expert=False, log_experts=True, threads=2, prompt=DEFAULT_PROMPT,
-                   tokens=32, repeats=1, lru_budget_mb=0, prefetch_threads=1, time_limit_s=1800)
+                   **{**declared, "threads": 2, "repeats": 1})
     base = dataclasses.replace(base, **{k: v for k, v in overrides.items() if k in fields})
     return {**base.as_dict(), "repeat": repeat,
             **{k: v for k, v in overrides.items() if k not in fields}}
@@ -159,15 +150,10 @@ def _expand_profile(config: dict, profile_name: str) -> list[RunSpec]:
                 raise ConfigError(f"config: duplicate run id {run_id!r} (from experiments.{entry} and "
                                   f"experiments.{seen[run_id]})")
             seen[run_id] = entry
-            runs.append(RunSpec(run_id=run_id, entry=entry, model=vals["model"],
-                                mechanism=vals["mechanism"],
-                                mlock_non_expert=bool(vals.get("mlock_non_expert", False)),
-                                log_experts=bool(vals.get("log_experts", True)),
-                                threads=int(vals["threads"]), prompt=vals["prompt"],
-                                tokens=int(vals["tokens"]), repeats=int(vals["repeats"]),
-                                time_limit_s=float(vals["time_limit_s"]),
-                                evict_after_load=bool(vals.get("evict_after_load", False)),
-                                **{k: vals.get(k, v) for k, v in MECHANISM_DEFAULTS.items()}))
+            declared = {p.name: vals.get(p.name, p.default) for p in parameters.PARAMETERS}
+            runs.append(RunSpec(run_id=run_id, entry=entry,
+                                **{k: (parameters.BY_NAME[k].type(v) if v is not None else v)
+                                   for k, v in declared.items()}))
     return runs
 
 

@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from harness import parameters
 from harness.layout import Layout
 from harness.libc import (
     MADV_DONTNEED,
@@ -86,7 +87,8 @@ class Counters:
 class Mechanism:
     name = "?"
     prefetches = True  # False only for the baseline
-    options: tuple[str, ...] = ()  # the run-spec keys this mechanism takes (its constructor's kwargs)
+    # the run-spec keys this mechanism takes (its constructor's kwargs), from harness.parameters
+    options: tuple[str, ...] = ()
     needs_scratch_copy = False  # True: it writes into the mapping, so it runs on a copy of the model
     observes: bytes | None = None  # a graph-node name prefix whose output it wants (on_hidden)
     row_fields: tuple[str, ...] = ()  # columns of the per-layer rows it records (take_rows)
@@ -129,6 +131,8 @@ REGISTRY: dict[str, type[Mechanism]] = {}
 
 
 def register(cls):
+    # a mechanism's options are the run parameters declared as read by it
+    cls.options = parameters.options_of(cls.name)
     REGISTRY[cls.name] = cls
     return cls
 
@@ -199,7 +203,6 @@ class ThreadPool(Mechanism):
     """The same preads issued from N background threads so compute can overlap I/O."""
 
     name = "threadpool"
-    options = ("prefetch_threads",)
 
     def __init__(self, model, prefetch_threads: int = 1, **options):
         super().__init__(model, **options)
@@ -251,7 +254,6 @@ class WriteInPlace(Mechanism):
 
     name = "write-in-place"
     needs_scratch_copy = True
-    options = ("writeback",)
 
     def __init__(self, model, writeback: str = "kernel", **options):
         super().__init__(model, **options)
@@ -306,7 +308,6 @@ class LruODirect(Mechanism):
     a separate buffer as well doubled it and killed the 800 MB run."""
 
     name = "lru-odirect"
-    options = ("lru_budget_mb",)
     weights_in_page_cache = False  # its copies are anonymous pages of a private mapping
 
     def __init__(self, model, lru_budget_mb: int = 0, **options):
@@ -400,8 +401,6 @@ class Lookahead(Mechanism):
     predicted slabs' bytes were resident when their layer ran."""
 
     name = "lookahead"
-    options = ("lookahead_base", "lookahead_experts", "lookahead_layers", "lookahead_call",
-               "lookahead_source")
     row_fields = ("token", "layer", "source_layer", "predicted", "routed", "n_predicted", "n_routed",
                   "hits", "precision", "recall", "wasted_bytes", "predicted_resident_bytes",
                   "predicted_bytes")

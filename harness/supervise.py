@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import attribution, libc, measurelock, pagecache
+from harness import attribution, libc, measurelock, pagecache, parameters
 from harness.box import BoxRecord
 from harness.contract import Status, WorkerParams
 from harness.limits import Limits, RunCgroup
@@ -155,11 +155,9 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
             cg.open()
             WorkerParams(
                 out_dir=str(work), layout=layout_path, lib_dir=lib_dir, model_path=run_model,
-                mechanism=spec["mechanism"], prompt=spec["prompt"], tokens=spec["tokens"],
-                threads=spec["threads"], mlock_non_expert=spec["mlock_non_expert"],
-                log_experts=spec["log_experts"],
+                **{k: spec[k] for k in parameters.WORKER_KEYS},
                 mechanism_options=spec.get("mechanism_options", {}),
-                cgroup_io_stat=cg.io_stat_file, evict_after_load=spec.get("evict_after_load", False),
+                cgroup_io_stat=cg.io_stat_file,
                 hook=spec.get("hook", "native"), hook_lib=build.get("hook_lib"),
                 hook_ab=spec.get("hook_ab", False), counters=cg.counter_files().as_dict(),
             ).write(work / "params.json")

@@ -1,0 +1,122 @@
+"""Every run parameter, declared once: its name, type, unit, default, allowed values, which
+mechanisms read it, whether an experiment may list values of it, and what it means.
+
+What else names a run parameter is derived from this registry or tested against it
+(tests/test_parameters.py): the config's expansion (`harness.config`: the keys, the sweepable
+set, the mechanism options' defaults), each mechanism's options (`harness.mechanisms`), the
+mapping of a run spec into the worker's parameters (`harness.supervise`), the command line
+(`python -m harness`), the config schema's `defaults` and `experiments` entries and the key
+table of config/README.md. No imports from the rest of the package: everything may import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    type: type  # bool, int, float or str
+    default: object  # None: no default (the experiment must set it, or the profile gives it)
+    doc: str
+    unit: str = ""
+    choices: tuple = ()  # allowed values, when a closed set
+    minimum: float | None = None
+    maximum: float | None = None
+    sweepable: bool = True  # an experiment may list values (one run per combination)
+    mechanisms: tuple[str, ...] = ()  # the mechanisms that read it; () = every run uses it
+    worker: bool = False  # passed to the worker process as it is (contract.WorkerParams)
+    cli: tuple[str, ...] = ()  # `python -m harness` flags; () = not on the command line
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+PARAMETERS: tuple[Parameter, ...] = (
+    Parameter("model", str, None, "a model name of `models:`", worker=False),
+    Parameter("mechanism", str, None, "the prefetch mechanism (harness/mechanisms.py)",
+              worker=True, cli=("--mechanism",)),
+    Parameter("mlock_non_expert", bool, False, "mlock every non-expert tensor at start",
+              worker=True, cli=("--mlock-non-expert",)),
+    Parameter("log_experts", bool, True,
+              "per-activation logging (the original `-q` is `false`)", worker=True,
+              cli=("-q", "--no-expert-log")),
+    Parameter("threads", int, None, "decode threads (default: the profile's)", minimum=1,
+              worker=True, cli=("-t", "--threads")),
+    Parameter("prompt", str, "The history of the Roman Empire begins with", "seed prompt",
+              sweepable=False, worker=True, cli=("-p", "--prompt")),
+    Parameter("tokens", int, 32, "tokens generated per run", unit="tokens", minimum=1,
+              worker=True, cli=("-n", "--tokens")),
+    Parameter("repeats", int, 3, "fresh-process repeats after a cold start, interleaved across "
+              "entries", minimum=1, sweepable=False),
+    Parameter("time_limit_s", float, 1800, "per-run wall limit; a run past it is recorded as "
+              "`killed: time`", unit="s", minimum=0, sweepable=False, cli=("--time-limit",)),
+    Parameter("evict_after_load", bool, False,
+              "page the expert tensors out after the load (`MADV_PAGEOUT`, `FADV_DONTNEED`) so "
+              "decoding starts with no expert cached; off = what llama.cpp's populating load "
+              "leaves (the study's case)", worker=True, cli=("--evict-after-load",)),
+    Parameter("lru_budget_mb", int, 0, "lru-odirect: the expert cache's budget", unit="MB",
+              minimum=0, mechanisms=("lru-odirect",), cli=("--lru-budget-mb",)),
+    Parameter("prefetch_threads", int, 1, "threadpool: worker threads", minimum=1,
+              mechanisms=("threadpool",), cli=("--prefetch-threads",)),
+    Parameter("writeback", str, "kernel",
+              "write-in-place: `kernel` (the study's: the flusher threads write the dirty pages, "
+              "on cgroup v1 outside the run's throttle) or `sync` (the run starts each layer's "
+              "writeback itself with `sync_file_range`, so the writes share its throttled disk)",
+              choices=("kernel", "sync"), mechanisms=("write-in-place",), cli=("--writeback",)),
+    Parameter("lookahead_base", str, "madvise",
+              "lookahead: the mechanism that makes each layer's routed slabs resident",
+              mechanisms=("lookahead",), cli=("--lookahead-base",)),
+    Parameter("lookahead_experts", int, 8, "lookahead: experts predicted per layer ahead",
+              minimum=1, mechanisms=("lookahead",), cli=("--lookahead-experts",)),
+    Parameter("lookahead_layers", int, 1, "lookahead: how many layers ahead to predict",
+              minimum=1, maximum=2, mechanisms=("lookahead",), cli=("--lookahead-layers",)),
+    Parameter("lookahead_call", str, "madvise",
+              "lookahead: the read-ahead call for predicted slabs (`MADV_WILLNEED`, "
+              "`POSIX_FADV_WILLNEED`, `readahead(2)`)", choices=("madvise", "fadvise", "readahead"),
+              mechanisms=("lookahead",), cli=("--lookahead-call",)),
+    Parameter("lookahead_source", str, "ffn_norm",
+              "lookahead: the hidden state the next layer's router is applied to (`ffn_norm`, the "
+              "router input of the layer, or `l_out`, its output)", choices=("ffn_norm", "l_out"),
+              mechanisms=("lookahead",), cli=("--lookahead-source",)),
+)
+BY_NAME = {p.name: p for p in PARAMETERS}
+RUN_KEYS = tuple(BY_NAME)
+SWEEPABLE = tuple(p.name for p in PARAMETERS if p.sweepable)
+# the values of keys only some mechanisms read, when an experiment leaves them out
+MECHANISM_DEFAULTS = {p.name: p.default for p in PARAMETERS if p.mechanisms}
+WORKER_KEYS = tuple(p.name for p in PARAMETERS if p.worker)
+DEFAULT_PROMPT = BY_NAME["prompt"].default
+
+
+def options_of(mechanism: str) -> tuple[str, ...]:
+    """The run-spec keys a mechanism takes (its constructor's keyword arguments)."""
+    return tuple(p.name for p in PARAMETERS if mechanism in p.mechanisms)
+
+
+def _yaml(v) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+def markdown_table() -> str:
+    """config/README.md's table of experiment keys (a test checks the README carries it)."""
+    rows = ["| key | type | default | read by | meaning |", "|---|---|---|---|---|"]
+    for p in PARAMETERS:
+        default = "-" if p.default is None else f"`{_yaml(p.default)}`"
+        kind = p.type.__name__
+        if p.minimum is not None:
+            kind += f" >= {_yaml(p.minimum)}" if p.maximum is None else \
+                f" {_yaml(p.minimum)}-{_yaml(p.maximum)}"
+        kind += f" ({p.unit})" if p.unit else ""
+        if p.choices:
+            kind += ": " + ", ".join(f"`{c}`" for c in p.choices)
+        users = ", ".join(f"`{m}`" for m in p.mechanisms) or "every run"
+        listed = "" if p.sweepable else " One value, never a list."
+        rows.append(f"| `{p.name}` | {kind} | {default} | {users} | {p.doc}.{listed} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")
