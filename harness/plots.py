@@ -22,12 +22,12 @@ def summary_plots(w, summ: pd.DataFrame, any_synth: bool) -> None:
         if pd.isna(med):  # no ok repeat: say why instead of drawing nothing
             ax.text(0, yi, f" {st}", va="center", fontsize=7, color="tab:red")
     ax.set_xlabel("tok/s (median, min-max)" + (" - synthetic models" if any_synth else ""))
-    w.plot("tok_per_s", fig, "tok/s per configuration, median of repeats with min-max")
+    w.plot("tok_per_s", fig)
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(summ) + 1.5))
     ax.barh(y, summ.majflt_per_token, color="tab:red", alpha=0.8)
     ax.set_yticks(y, summ.run_id, fontsize=7)
     ax.set_xlabel("major faults per token (median)")
-    w.plot("majflt_per_token", fig, "major page faults per generated token")
+    w.plot("majflt_per_token", fig)
 
 
 COLORS = {"io_wait": "tab:blue", "kernel": "tab:orange", "user": "tab:green", "hook": "tab:purple",
@@ -49,8 +49,7 @@ def attribution_plot(w, t: pd.DataFrame) -> None:
     ax.set_yticks(y, labels, fontsize=7)
     ax.set_xlabel("seconds per steady token (mean token, median of repeats)")
     ax.legend(fontsize=7, ncol=4, loc="lower right")
-    w.plot("attribution", fig, "Where a token's time goes: the decoding thread's I/O wait, kernel "
-           "and user CPU, the hook, CPU-quota throttling, other run-queue wait; [regime]")
+    w.plot("attribution", fig)
 
 
 def finding_plots(w, number: str, study, layouts: dict) -> None:
@@ -66,14 +65,14 @@ def finding_plots(w, number: str, study, layouts: dict) -> None:
         ax.set_xlabel("expert")
         ax.set_ylabel("layer")
         fig.colorbar(im, ax=ax, label="activations")
-        w.plot("routing_heatmap", fig, "routing heat map: activations per layer and expert")
+        w.plot("routing_heatmap", fig)
     if number == "3":
         loc = analysis.locality(ex)
         fig, ax = plt.subplots(figsize=(6, 3))
         ax.plot(loc.distance, loc.shared_fraction, marker="o")
         ax.set_xlabel("token distance d")
         ax.set_ylabel("shared routed experts")
-        w.plot("locality", fig, "share of routed experts tokens t and t+d have in common")
+        w.plot("locality", fig)
         w.text("### What any expert cache could do (simulated on the trace)\n")
         n_expert = study.n_expert
         sizes = sorted({max(1, n_expert * k // 8) for k in range(1, 9)})
@@ -85,7 +84,7 @@ def finding_plots(w, number: str, study, layouts: dict) -> None:
         ax.set_xlabel("cache size (experts per layer)")
         ax.set_ylabel("hit rate")
         ax.legend()
-        w.plot("cache_simulation", fig, "hit rate of LRU, LFU and Belady's optimum per cache size")
+        w.plot("cache_simulation", fig)
 
 
 def time_breakdown(w, bd_t: pd.DataFrame, run_id: str) -> None:
@@ -99,4 +98,4 @@ def time_breakdown(w, bd_t: pd.DataFrame, run_id: str) -> None:
     ax.set_yticks([])
     ax.set_xlabel("seconds per token (median)")
     ax.legend(fontsize=7, ncol=4)
-    w.plot("time_breakdown", fig, f"time per token of {run_id}")
+    w.plot("time_breakdown", fig, f"Run `{run_id}`.")

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import analysis, attribution, export
+from harness import analysis, attribution, captions, export
 from harness import findings
 from harness import plots
 from harness.contract import Status
@@ -104,13 +104,15 @@ class Writer:
     def text(self, s: str) -> None:
         self.parts.append(s)
 
-    def plot(self, name: str, fig, caption: str) -> None:
+    def plot(self, name: str, fig, detail: str = "") -> None:
+        """Save the figure under plots/ with its caption (harness.captions) below it."""
+        caption = " ".join(filter(None, (captions.PLOTS[name], detail)))
         fig.tight_layout()
         path = self.plots / f"{self.prefix}{name}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)
         plt.close(fig)
-        self.parts.append(f"![{caption}](plots/{self.prefix}{name}.png)\n\n*{caption}*\n")
+        self.parts.append(f"![{name}](plots/{self.prefix}{name}.png)\n\n*{caption}*\n")
 
 
 def write_findings(inputs, outputs, config: dict) -> None:

@@ -7,6 +7,7 @@ the copy instead. The test command itself (.ci/run, which runs pytest) is what i
 it is not re-run.
 """
 
+import json
 import os
 import re
 import shlex
@@ -54,7 +55,9 @@ def workdir(tmp_path_factory):
     return wd
 
 
-def test_every_readme_command_runs_as_written(workdir):
+@pytest.fixture(scope="module")
+def ran(workdir):
+    """Every README command, run as written on the small configuration; the commands run."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     ran = []
     for cmd in readme_commands():
@@ -65,5 +68,59 @@ def test_every_readme_command_runs_as_written(workdir):
                              text=True, timeout=1800)
         assert res.returncode == 0, (full, (res.stdout + res.stderr)[-3000:])
         ran.append(cmd)
+    return ran
+
+
+def test_every_readme_command_runs_as_written(workdir, ran):
     assert any("--report" in c for c in ran) and (workdir / "report.html").stat().st_size > 100_000
     assert (workdir / "results" / "final" / "RESULTS.md").exists()
+
+
+def _report_data(html: str, var: str):
+    m = re.search(rf"var {var} = (.*?);\n", html, re.S)
+    assert m, f"report.html has no {var}"
+    return json.loads(m.group(1))
+
+
+def _words(s: str) -> str:
+    return " ".join(re.sub(r"&[#\w]+;|[^a-z0-9 ]", " ", s.lower()).split())
+
+
+def test_the_report_captions_every_result_and_puts_the_attribution_first(workdir, ran):
+    from harness.captions import PLOTS
+
+    html = (workdir / "report.html").read_text()
+    results = _report_data(html, "results")
+    assert len(results) >= 8
+    for path, res in results.items():
+        text = re.sub(r"<[^>]+>", " ", res["caption"])
+        assert len(text.split()) >= 15, (path, text)  # says what it measures and how to read it
+        if path.endswith(".png"):
+            name = Path(path).stem
+            assert _words(PLOTS[name].split(":")[0]) in _words(text), path
+    categories = sorted(_report_data(html, "categories"))
+    assert categories[0].startswith("1. Where a token's time goes"), categories
+    attribution = [p for p, r in results.items() if p.endswith("attribution.png")]
+    assert attribution, "the attribution figure is not in the report"
+
+
+def test_the_report_opens_in_headless_chromium(workdir, ran, tmp_path):
+    """The report renders in a browser: a screenshot that is not one flat colour."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "chromium is not installed: .ci/run installs Debian's chromium package"
+    shot = tmp_path / "report.png"
+    res = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
+         "--window-size=1280,900", "--virtual-time-budget=15000", f"--screenshot={shot}",
+         (workdir / "report.html").as_uri()],
+        capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(shot)
+    assert img.shape[0] == 900 and img.shape[1] == 1280
+    assert img[..., :3].std() > 0.02, "the screenshot is one flat colour: the report did not render"
+    # the loading screen is gone: the report's app drew over it (text, tables, images)
+    shutil.copy(shot, workdir / "report.png")

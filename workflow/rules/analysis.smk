@@ -8,7 +8,7 @@ rule runs_table:
         report(
             "results/analysis/runs.csv",
             caption="../report/runs.rst",
-            category="Tables",
+            category="3. Tables",
             labels={"table": "runs"},
         ),
     log:
@@ -36,11 +36,12 @@ rule findings:
             directory("results/analysis/plots"),
             patterns=["{name}.png"],
             caption="../report/plots.rst",
-            category="Plots",
+            category=plot_captions.report_category,
             labels={"plot": "{name}"},
         ),
     params:
         config=config,
+        captions=plot_captions.PLOTS,
     log:
         "logs/findings.log",
     conda:

@@ -33,7 +33,7 @@ rule io_ceiling:
         report(
             IO_CEILING,
             caption="../report/io_ceiling.rst",
-            category="Ceilings",
+            category="4. Ceilings",
             labels={"ceiling": "I/O", "profile": "{profile}"},
         ),
     params:

@@ -5,6 +5,7 @@ import sys
 
 sys.path.insert(0, workflow.basedir)
 
+from harness import captions as plot_captions
 from harness.compare import TABLES as COMPARED_TABLES
 from harness.config import ConfigError, check, profile_config, study_profiles
 from harness.machines import MachinesError, compare_trees
