@@ -54,6 +54,11 @@ def run_row(record_path: Path) -> dict:
         "byte_accounting_ok": rec.get("summary", {}).get("byte_accounting_ok"),
         "residency_at_start": rec.get("residency_at_start"),
         **box_columns(rec, gen, per),
+        # from the first decode on (the prompt's and every generated token's reads), per
+        # generated token: what the floor of the distance-to-the-limit table bounds
+        "decode_read_bytes_per_token": (float(tok.cgroup_read_bytes.sum()) / n
+                                        if "cgroup_read_bytes" in tok and n
+                                        and (tok.cgroup_read_bytes >= 0).all() else float("nan")),
         "harness_s_per_token": per("harness_s") if "harness_s" in gen else float("nan"),
         **attribution.run_attribution(gen),
         **prediction_columns(Path(record_path).parent / "mechanism.csv"),
@@ -335,31 +340,62 @@ def cache_simulation(experts: pd.DataFrame, sizes=(8, 16, 24, 32, 40, 48, 56, 64
     return pd.DataFrame(rows)
 
 
-def oracle_missed_bytes(experts: pd.DataFrame, slab_bytes: dict[int, int], cache_bytes: int,
-                        first_gen_token: int) -> float:
-    """Bytes per generated token that an optimal (Belady) cache of `cache_bytes` over whole expert
-    slabs would still read on this routing trace: the floor no prefetch or cache policy inside that
-    RAM can go under. The prompt's requests warm the cache but are not counted."""
+def floor_read_bytes(experts: pd.DataFrame, slab_bytes: dict[int, int], cache_bytes: float,
+                     resident_bytes: float) -> float:
+    """Bytes that any run must read from its first decode on (the prompt's and every generated
+    token's), on this routing trace: Belady's optimum over whole expert slabs in a cache of
+    `cache_bytes`, started empty, less every byte resident when decoding began. A floor: Belady
+    reads the least of any policy for equal-size items (fractional caching of unit items does no
+    better), each byte resident at the start saves at most the one read of itself, and read-ahead
+    and the non-expert tensors only add reads."""
     if experts.empty or not slab_bytes:
         return float("nan")
-    per_slab = max(slab_bytes.values())  # OLMoE's layers have equal slabs; the largest is safe
-    size = max(0, int(cache_bytes // per_slab))
-    steps, step_token = [], []
-    for (tok, layer), g in experts.groupby(["token", "layer"], sort=True):
-        steps.append({(int(layer), int(e)) for e in g.expert})
-        step_token.append(int(tok))
-    missed = sum(slab_bytes[layer] for t, (layer, _), hit in belady_hits(steps, size)
-                 if not hit and step_token[t] >= first_gen_token)
-    n_gen = len({t for t in step_token if t >= first_gen_token})
-    return missed / n_gen if n_gen else float("nan")
+    size = max(0, int(cache_bytes // max(slab_bytes.values())))
+    steps = [{(int(layer), int(e)) for e in g.expert}
+             for (_, layer), g in experts.groupby(["token", "layer"], sort=True)]
+    missed = sum(slab_bytes[layer] for _, (layer, _), hit in belady_hits(steps, size) if not hit)
+    return max(0.0, missed - resident_bytes)
 
 
-def limit_bounds(bytes_per_token: float, io_mb_per_s: float, compute_s: float) -> dict:
-    """tok/s if reading `bytes_per_token` at the I/O ceiling and computing never overlap (their
-    sum per token), and if they overlap perfectly (the larger of the two)."""
-    io_s = bytes_per_token / (io_mb_per_s * 1e6)
-    return {"no_overlap": 1.0 / (io_s + compute_s) if io_s + compute_s > 0 else float("nan"),
-            "perfect_overlap": 1.0 / max(io_s, compute_s) if max(io_s, compute_s) > 0 else float("nan")}
+def kernel_cpu_per_byte(runs: pd.DataFrame) -> pd.Series:
+    """Per read path (harness.mechanisms.read_path), the least kernel CPU seconds any ok run of it
+    spent per byte its cgroup read: the decoding thread's kernel time per steady token over the
+    bytes per token. The least, because a floor may not charge more than the cheapest run paid
+    (kernel time also holds work other than reading)."""
+    from harness.mechanisms import read_path
+
+    need = {"kernel_share", "steady_tok_per_s", "cgroup_read_bytes_per_token", "mechanism"}
+    if not need <= set(runs) or runs.empty:
+        return pd.Series(dtype=float)
+    ok = runs[(runs.status == Status.OK.value) & (runs.steady_tok_per_s > 0)
+              & (runs.cgroup_read_bytes_per_token > 1e6)]
+    cost = ok.kernel_share / ok.steady_tok_per_s / ok.cgroup_read_bytes_per_token
+    return cost.groupby(ok.mechanism.map(read_path)).min()
+
+
+def floor_bound(floor_bytes: float, io_bytes_per_s: float, compute_s: float,
+                kernel_s_per_byte: float, cpus: float) -> dict:
+    """The fastest a token can be: the floor's bytes at the I/O ceiling, and the compute ceiling's
+    time plus the kernel CPU those bytes cost at the cheapest measured rate, spread over the CPUs
+    the run may use (its quota, or its threads); with perfect overlap (the larger) and none."""
+    io_s = floor_bytes / io_bytes_per_s if io_bytes_per_s > 0 else float("nan")
+    kernel = floor_bytes * (kernel_s_per_byte if kernel_s_per_byte == kernel_s_per_byte else 0.0)
+    cpu_s = compute_s + kernel / cpus
+    return {"floor_io_s": io_s, "floor_cpu_s": cpu_s,
+            "floor_perfect_overlap_tok_per_s": 1.0 / max(io_s, cpu_s) if max(io_s, cpu_s) > 0
+            else float("nan"),
+            "floor_no_overlap_tok_per_s": 1.0 / (io_s + cpu_s) if io_s + cpu_s > 0 else float("nan")}
+
+
+def bound_errors(table: pd.DataFrame) -> pd.Series:
+    """Runs that beat their floor: faster than its perfect-overlap tok/s, or reading fewer bytes
+    from the first decode on than it says must be read. Either means the bound is wrong."""
+    num = {c: pd.to_numeric(table[c], errors="coerce") for c in (
+        "steady_tok_per_s", "floor_perfect_overlap_tok_per_s", "decode_read_bytes_per_token",
+        "floor_bytes_per_token")}
+    faster = num["steady_tok_per_s"] > num["floor_perfect_overlap_tok_per_s"]
+    fewer = num["decode_read_bytes_per_token"] < num["floor_bytes_per_token"] * (1 - 1e-9)
+    return (faster.fillna(False) | fewer.fillna(False)).astype(bool)
 
 
 def routing_heatmap(experts: pd.DataFrame, n_layer: int, n_expert: int) -> np.ndarray:

@@ -86,6 +86,10 @@ class Counters:
 
 class Mechanism:
     name = "?"
+    # how the weights reach memory: "fault" (the kernel reads on a page fault or on advice into
+    # the page cache), "buffered read" (read(2)/pread(2) through the page cache) or "O_DIRECT"
+    # (around it); the distance-to-the-limit table charges kernel CPU per byte by it
+    read_path = "fault"
     prefetches = True  # False only for the baseline
     # the run-spec keys this mechanism takes (its constructor's kwargs), from harness.parameters
     options: tuple[str, ...] = ()
@@ -180,6 +184,7 @@ class PreadMadvise(Mechanism):
     buffer (warms the page cache), then MADV_WILLNEED on the mapped range."""
 
     name = "pread+madvise"
+    read_path = "buffered read"
 
     def __init__(self, model, **options):
         super().__init__(model, **options)
@@ -203,6 +208,7 @@ class ThreadPool(Mechanism):
     """The same preads issued from N background threads so compute can overlap I/O."""
 
     name = "threadpool"
+    read_path = "buffered read"
 
     def __init__(self, model, prefetch_threads: int = 1, **options):
         super().__init__(model, **options)
@@ -253,6 +259,7 @@ class WriteInPlace(Mechanism):
     study's box."""
 
     name = "write-in-place"
+    read_path = "buffered read"
     needs_scratch_copy = True
 
     def __init__(self, model, writeback: str = "kernel", **options):
@@ -308,6 +315,7 @@ class LruODirect(Mechanism):
     a separate buffer as well doubled it and killed the 800 MB run."""
 
     name = "lru-odirect"
+    read_path = "O_DIRECT"
     weights_in_page_cache = False  # its copies are anonymous pages of a private mapping
 
     def __init__(self, model, lru_budget_mb: int = 0, **options):
@@ -543,6 +551,18 @@ def predict_experts(rows, source: str, gamma_source, gamma_target, router, k: in
     k = min(k, router.shape[0])
     top = np.argpartition(-logits, k - 1, axis=1)[:, :k]
     return {int(e) for e in top.ravel()}
+
+
+def read_path(name: str, options: dict | None = None) -> str:
+    """The read path of a mechanism, through the base it wraps (lookahead's lookahead_base, by
+    default the parameter's)."""
+    cls = REGISTRY.get(name)
+    if cls is None:
+        return "fault"
+    if "lookahead_base" in cls.options:
+        base = (options or {}).get("lookahead_base", parameters.BY_NAME["lookahead_base"].default)
+        return read_path(base) if base != name else cls.read_path
+    return cls.read_path
 
 
 def writes_model(name: str, options: dict) -> bool:

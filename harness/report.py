@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import analysis, attribution, captions, export
+from harness import analysis, attribution, captions, export, mechanisms
 from harness import findings
 from harness import plots
 from harness.contract import Status
@@ -545,58 +545,87 @@ def _ceiling(comp_t: pd.DataFrame, measurement: str) -> float:
 
 
 def _distance_section(w: Writer, summ, runs, layouts, limits, io_mb_s, moe_ceiling: dict) -> None:
-    """Every configuration beside what the box allows: three byte counts per token, each read at
-    the I/O ceiling with no overlap and with perfect overlap of compute."""
+    """Every configuration beside its floor: the fastest any run of it could be on this box."""
     w.text("## Distance to the limit\n")
     budget = limits.get("ram_bytes")
-    per_quant = ", ".join(f"{m} {sig(1.0 / v)}" for m, v in moe_ceiling.items() if v)
-    w.text("Bytes per generated token read at the median I/O ceiling "
-           f"({sig(io_mb_s)} MB/s), plus the MoE compute time of the model's own fully cached "
-           f"`--repack 0` ceiling (s/token: {per_quant}): *cold* reads every routed slab, "
-           "*measured* the bytes the run's cgroup really read, *oracle* what an optimal (Belady) "
-           "cache of the RAM budget left after the non-expert tensors "
-           f"({budget} bytes in force) would still read on the run's own routing trace. Each bound "
-           "with no overlap (I/O + compute) and perfect overlap (the larger); `frac_*` is the "
-           "measured tok/s over the bound.\n")
-    rows, oracles = [], {}
+    read_bps = limits.get("read_bps")
+    io_bps = float(read_bps) if read_bps else io_mb_s * 1e6
+    quota = limits.get("cpu_quota")
+    per_byte = analysis.kernel_cpu_per_byte(runs)
+    w.text("The floor of each configuration, per token: the *bytes* any run must read from its "
+           "first decode on (Belady's optimal cache of the whole RAM budget, "
+           f"{budget} bytes, on the run's own routing trace, started empty, less every byte of "
+           "the model resident when decoding began, as each repeat measured it), read at "
+           f"{sig(io_bps / 1e6)} MB/s (the profile's read throttle, else the I/O ceiling); the "
+           "*CPU*: the model's fully cached compute ceiling under this regime's quota plus the "
+           "kernel CPU those bytes cost at the cheapest rate any run of the same read path paid "
+           "(`kernel_us_per_mb`), over the CPUs the run may use. With perfect overlap the larger "
+           "of the two, with none their sum. `x_from_floor`: how many times slower the "
+           "configuration is than its perfect-overlap floor. A repeat faster than its floor, or "
+           "reading fewer bytes than it, is a **bound error**: the floor is wrong.\n")
+    rows, traces, errors = [], {}, []
     for _, s in summ.iterrows():
         lay = layouts.get(s.model)
-        if lay is None:
-            continue
         mine = runs[(runs.run_id == s.run_id) & (runs.status == Status.OK.value)]
+        if lay is None or mine.empty or not budget:
+            continue
+        key = (s.model, s.tokens)
+        if key not in traces:  # greedy decoding routes alike in every run of a model and length
+            traces[key] = _trace(runs, s)
+        ex = traces[key]
+        slab = {int(k): v for k, v in lay["slab_bytes_per_layer"].items()}
+        path = mechanisms.read_path(s.mechanism)
+        cost = float(per_byte.get(path, float("nan")))
         ceiling = moe_ceiling.get(s.model)
         compute_s = 1.0 / ceiling if ceiling else float("nan")
-        cold = lay["bytes_per_token"]
-        measured = mine.cgroup_read_bytes_per_token.median() if len(mine) else float("nan")
-        # greedy decoding routes alike in every run of a model and length: simulate once each
-        key = (s.model, s.tokens)
-        if key not in oracles:
-            oracles[key] = _oracle(runs, s, lay, budget)
-        oracle = oracles[key]
-        row = {"run_id": s.run_id, "tok_per_s_median": s["median"]}
-        for name, b in (("cold", cold), ("measured", measured), ("oracle", oracle)):
-            bounds = analysis.limit_bounds(b, io_mb_s, compute_s) if b == b else {}
-            row[f"{name}_bytes_per_token"] = b
-            for kind in ("no_overlap", "perfect_overlap"):
-                v = bounds.get(kind, float("nan"))
-                row[f"{name}_{kind}_tok_per_s"] = v
-                row[f"frac_{name}_{kind}"] = s["median"] / v if v == v and v else float("nan")
+        cpus = min(float(quota), float(mine.threads.iloc[0])) if quota else float(mine.threads.iloc[0])
+        per_run = []
+        for _, r in mine.iterrows():
+            resident = (r.residency_decode_start or 0.0) * lay["file_size"]
+            fb = (analysis.floor_read_bytes(ex, slab, budget, resident) / s.tokens
+                  if ex is not None else float("nan"))
+            per_run.append({"run_id": s.run_id, "repeat": r.repeat,
+                            "steady_tok_per_s": r.steady_tok_per_s,
+                            "decode_read_bytes_per_token": r.get("decode_read_bytes_per_token"),
+                            "floor_bytes_per_token": fb,
+                            **analysis.floor_bound(fb, io_bps, compute_s, cost, cpus)})
+        pr = pd.DataFrame(per_run)
+        pr["bound_error"] = analysis.bound_errors(pr)
+        errors.append(pr[pr.bound_error])
+        row = {"run_id": s.run_id, "tok_per_s_median": s["median"], "read_path": path,
+               "decode_read_bytes_per_token": pr.decode_read_bytes_per_token.median(),
+               "floor_bytes_per_token": pr.floor_bytes_per_token.median(),
+               "kernel_us_per_mb": cost * 1e12, "compute_s": compute_s,
+               **{k: pr[k].median() for k in ("floor_io_s", "floor_cpu_s",
+                                              "floor_perfect_overlap_tok_per_s",
+                                              "floor_no_overlap_tok_per_s")},
+               "bound_errors": int(pr.bound_error.sum())}
+        row["x_from_floor"] = (row["floor_perfect_overlap_tok_per_s"] / s["median"]
+                               if s["median"] else float("nan"))
         rows.append(row)
-    if rows:
-        w.table("distance_to_limit", pd.DataFrame(rows), "findings")
+    if not rows:
+        return
+    t = w.table("distance_to_limit", pd.DataFrame(rows), "findings")
+    best = t.loc[t.tok_per_s_median.idxmax()]
+    w.text(f"Best configuration: `{best.run_id}`, {sig(best.tok_per_s_median)} tok/s, "
+           f"{sig(best.x_from_floor)}x from its floor of "
+           f"{sig(best.floor_perfect_overlap_tok_per_s)} tok/s (floor time per token: I/O "
+           f"{sig(best.floor_io_s)} s, CPU {sig(best.floor_cpu_s)} s).\n")
+    bad = pd.concat(errors, ignore_index=True)
+    if len(bad):
+        w.text(f"**Bound errors: {len(bad)} repeat(s) beat their floor.**\n")
+        w.table("bound_errors", bad, "findings")
+    else:
+        w.text("Bound errors: none (no repeat beat its floor).\n")
 
 
-def _oracle(runs, s, lay, budget) -> float:
-    """Oracle bytes per token on a logged routing trace of this configuration's model and length
-    (its own first, else any other: greedy decoding routes alike in every run)."""
-    if not budget:
-        return float("nan")
+def _trace(runs, s) -> pd.DataFrame | None:
+    """The routing trace (every decode: the prompt's and each generated token's) of a logged run
+    of this configuration's model and length, its own first."""
     cand = runs[(runs.model == s.model) & (runs.tokens == s.tokens) & (runs.status == Status.OK.value)]
     cand = pd.concat([cand[cand.run_id == s.run_id], cand[cand.log_experts.astype(bool)]])
     for rec in cand.record:
         ex = pd.read_csv(Path(rec).parent / "experts.csv")
         if len(ex):
-            n_prompt = len(json.loads(Path(rec).read_text())["summary"].get("prompt_tokens", []))
-            slab = {int(k): v for k, v in lay["slab_bytes_per_layer"].items()}
-            return analysis.oracle_missed_bytes(ex, slab, budget - lay["non_expert_bytes"], n_prompt)
-    return float("nan")
+            return ex
+    return None

@@ -78,22 +78,50 @@ def test_io_bound_estimate():
     assert analysis.io_bound_estimate(150e6, 150.0, 0.5) == pytest.approx(1 / 1.5)
 
 
-def test_oracle_reads_only_what_no_cache_of_that_size_could_keep():
+def test_the_floor_reads_what_no_cache_of_that_size_could_keep_less_what_was_resident():
     # one layer, slabs of 10 bytes; tokens 0 (prompt) .. 3 route {0,1}, {0,2}, {0,1}, {0,2}
     rows = [(0, 0, 0, 0), (0, 0, 1, 1), (1, 0, 0, 0), (1, 0, 1, 2), (2, 0, 0, 0), (2, 0, 1, 1),
             (3, 0, 0, 0), (3, 0, 1, 2)]
     ex = trace(rows)
-    # room for all three slabs: after the prompt, only token 1's expert 2 is ever read
-    assert analysis.oracle_missed_bytes(ex, {0: 10}, 30, first_gen_token=1) == pytest.approx(10 / 3)
-    # room for two: Belady keeps 0 and swaps the other each token: one slab per token
-    assert analysis.oracle_missed_bytes(ex, {0: 10}, 20, first_gen_token=1) == pytest.approx(10)
+    # room for all three slabs: each is read once, from the first decode on
+    assert analysis.floor_read_bytes(ex, {0: 10}, 30, resident_bytes=0) == pytest.approx(30)
+    # room for two: Belady keeps 0 and swaps the other each token: 0, 1, then one per token
+    assert analysis.floor_read_bytes(ex, {0: 10}, 20, resident_bytes=0) == pytest.approx(50)
     # no room: every routed slab is read
-    assert analysis.oracle_missed_bytes(ex, {0: 10}, 0, first_gen_token=1) == pytest.approx(20)
+    assert analysis.floor_read_bytes(ex, {0: 10}, 0, resident_bytes=0) == pytest.approx(80)
+    # what was resident when decoding began saves at most one read of each of its bytes
+    assert analysis.floor_read_bytes(ex, {0: 10}, 30, resident_bytes=25) == pytest.approx(5)
+    assert analysis.floor_read_bytes(ex, {0: 10}, 30, resident_bytes=1e9) == 0.0
 
 
-def test_limit_bounds_no_and_perfect_overlap():
-    b = analysis.limit_bounds(150e6, 150.0, 0.5)  # 1 s of I/O, 0.5 s of compute per token
-    assert b["no_overlap"] == pytest.approx(1 / 1.5) and b["perfect_overlap"] == pytest.approx(1.0)
+def test_the_floor_bound_is_the_larger_part_with_overlap_and_their_sum_without():
+    # 150 MB at 150 MB/s is 1 s of I/O; compute 0.5 s plus 150 MB x 2 ns/byte of kernel CPU on
+    # one CPU: 0.8 s of CPU
+    b = analysis.floor_bound(150e6, 150e6, 0.5, 2e-9, cpus=1.0)
+    assert b["floor_io_s"] == pytest.approx(1.0) and b["floor_cpu_s"] == pytest.approx(0.8)
+    assert b["floor_perfect_overlap_tok_per_s"] == pytest.approx(1.0)
+    assert b["floor_no_overlap_tok_per_s"] == pytest.approx(1 / 1.8)
+    # under a quota of a tenth of a CPU the kernel's 0.3 CPU-seconds take 3 s of wall time
+    b = analysis.floor_bound(150e6, 150e6, 0.5, 2e-9, cpus=0.1)
+    assert b["floor_perfect_overlap_tok_per_s"] == pytest.approx(1 / 3.5)
+
+
+def test_a_run_that_beats_its_floor_is_a_bound_error_and_one_that_does_not_is_not():
+    t = pd.DataFrame({"steady_tok_per_s": [0.9, 1.1, 0.5, 0.5],
+                      "floor_perfect_overlap_tok_per_s": [1.0, 1.0, 1.0, 1.0],
+                      "decode_read_bytes_per_token": [2e6, 2e6, 0.5e6, None],
+                      "floor_bytes_per_token": [1e6, 1e6, 1e6, 1e6]})
+    assert list(analysis.bound_errors(t)) == [False, True, True, False]
+
+
+def test_kernel_cpu_per_byte_is_the_cheapest_run_of_each_read_path():
+    runs = pd.DataFrame({"status": "ok", "mechanism": ["none", "madvise", "pread+madvise", "none"],
+                         "kernel_share": [0.5, 0.2, 0.6, 0.5], "steady_tok_per_s": [1.0] * 4,
+                         "cgroup_read_bytes_per_token": [100e6, 100e6, 100e6, 0.0]})
+    cost = analysis.kernel_cpu_per_byte(runs)
+    assert cost["fault"] == pytest.approx(0.2 / 100e6)  # madvise's, the cheaper fault path
+    assert cost["buffered read"] == pytest.approx(0.6 / 100e6)
+    assert "O_DIRECT" not in cost  # no run of it read anything
 
 
 def test_disturbed_repeats_are_those_something_else_read_the_disk_during():

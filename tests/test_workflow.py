@@ -88,6 +88,11 @@ def test_final_has_results_plots_and_one_record_per_run(pipeline):
     pm = pm[~pm.disturbed]
     assert f7.baseline_pread_madvise_median.iloc[0] == pytest.approx(pm.steady_tok_per_s.median(),
                                                                     rel=1e-3)
+    # the floor is a floor: no repeat of the tiny models beat it, and every configuration has one
+    dist = pd.read_csv(final / "tables/distance_to_limit.csv")
+    assert (dist.bound_errors == 0).all(), dist[dist.bound_errors > 0]
+    assert (dist.floor_perfect_overlap_tok_per_s > 0).all() and (dist.x_from_floor >= 1).all()
+    assert "Bound errors: none" in text
     # the hook's share of a token, per configuration: its time per token at the median rate
     summ = pd.read_csv(final / "tables/summary.csv")
     assert summ.hook_share.to_numpy() == pytest.approx(
