@@ -311,7 +311,8 @@ def per_configuration(runs: pd.DataFrame) -> pd.DataFrame:
     for part in PARTS:
         ok[f"{part}_s"] = ok[f"{part}_share"] * wall
     ok["token_s"] = wall
-    cols = ["token_s"] + [f"{p}_s" for p in PARTS] + ["identity_ok_share"]
+    cols = (["steady_tok_per_s", "token_s"] + [f"{p}_s" for p in PARTS]
+            + ["io_wait_share", "identity_ok_share"])
     t = ok.groupby("run_id", sort=False)[cols].median()
     t["regime"] = ok.groupby("run_id", sort=False).regime.agg(lambda r: r.mode().iloc[0])
     t["repeats"] = ok.groupby("run_id", sort=False).size()

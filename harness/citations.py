@@ -155,7 +155,7 @@ def unlinked(markdown: str, allowed: tuple | list = ()) -> list[str]:
     phrases (a method's own constants, such as "90% confidence") are taken out first."""
     text = re.sub(r"```.*?```", "", markdown, flags=re.S)
     text = re.sub(r"`[^`]*`", "", text)
-    text = QUOTE.sub("", text)
+    text = " ".join(QUOTE.sub("", text).split())  # a phrase may wrap across lines
     for phrase in allowed:
         text = text.replace(phrase, "")
     return [m.group(0) for m in MEASURED.finditer(text)]

@@ -3,11 +3,16 @@ runs.csv, tables, plots, the ceilings and baselines, the models' metadata and la
 per-run record the tables cite. No model files. Nothing is edited: RESULTS.md's links and
 runs.csv's record paths resolve inside the copy as they did in the run.
 
-    python -m harness.reference <the run's project dir> reference/<machine>-<date>
+    python -m harness.reference <the run's project dir> reference/<machine>-<date> [time.log]
+
+With the output of `/usr/bin/time -v` around the main job, its wall time, CPU times and peak RSS
+go into `main_job.json` beside the copy (what the README quotes as the main job's duration).
 """
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -43,6 +48,35 @@ def export(run_root: Path, dest: Path) -> list[Path]:
     return copied
 
 
+TIME_FIELDS = {"Command being timed": "command", "User time (seconds)": "user_s",
+               "System time (seconds)": "system_s", "Elapsed (wall clock) time (h:mm:ss or m:ss)":
+               "elapsed_s", "Maximum resident set size (kbytes)": "max_rss_kbytes",
+               "Exit status": "exit_status"}
+
+
+def parse_time_v(text: str) -> dict:
+    """The fields of GNU time's -v report that describe a main job; the wall time in seconds."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().rpartition(": ")
+        if not sep or key not in TIME_FIELDS:
+            continue
+        name = TIME_FIELDS[key]
+        if name == "elapsed_s":
+            parts = [float(x) for x in value.split(":")]
+            out[name] = sum(v * 60 ** i for i, v in enumerate(reversed(parts)))
+        elif name == "command":
+            out[name] = value.strip('"')
+        else:
+            out[name] = float(value) if re.fullmatch(r"[\d.]+", value) else value
+    if "elapsed_s" not in out:
+        raise SystemExit("not the output of /usr/bin/time -v: no elapsed wall clock time")
+    return out
+
+
 if __name__ == "__main__":
     files = export(Path(sys.argv[1]), Path(sys.argv[2]))
+    if len(sys.argv) > 3:
+        timing = parse_time_v(Path(sys.argv[3]).read_text())
+        (Path(sys.argv[2]) / "main_job.json").write_text(json.dumps(timing, indent=2) + "\n")
     print(f"{len(files)} run files copied to {sys.argv[2]}")
