@@ -32,6 +32,8 @@ def run_row(record_path: Path) -> dict:
 
     return {
         "run_id": rec["run_id"], "repeat": spec["repeat"], "entry": spec["entry"],
+        # a disturbed repeat measured once more at the end of the study (rule harness_rerun)
+        "rerun": bool(spec.get("rerun", False)),
         "model": spec["model"], "quant": rec["model"].get("quant"),
         "synthetic": rec["model"].get("synthetic"), "mechanism": spec["mechanism"],
         "mlock_non_expert": spec["mlock_non_expert"], "log_experts": spec["log_experts"],
@@ -191,6 +193,17 @@ def box_columns(rec: dict, gen: pd.DataFrame, per) -> dict:
         "damon_pageout_bytes": damon.get("pageout", {}).get("sz_applied"),
         "damon_applied_bytes": sum(v.get("sz_applied", 0) for v in damon.values()) if damon else None,
     }
+
+
+def disturbed_repeats(record_paths: list) -> list[dict]:
+    """The repeats the machine disturbed (flag_reason), first measurements only: a re-run is
+    never re-run."""
+    table = runs_table(record_paths)
+    if table.empty:
+        return []
+    bad = table[table.disturbed & ~table.rerun]
+    return [{"run_id": r.run_id, "repeat": int(r.repeat), "flag_reason": r.flag_reason}
+            for r in bad.itertuples()]
 
 
 def runs_table(record_paths: list) -> pd.DataFrame:

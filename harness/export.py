@@ -46,6 +46,7 @@ def llama_bench_record(run: pd.Series, record: dict, root: Path) -> dict:
         "samples_ns": [int(x * 1e9) for x in lat], "samples_ts": [float(x) for x in ts],
         # this pipeline's
         "run_id": run["run_id"], "repeat": int(run["repeat"]), "profile": run.get("profile"),
+        "rerun": bool(run.get("rerun", False)), "disturbed": bool(run.get("disturbed", False)),
         "mechanism": run.mechanism, "mlock_non_expert": bool(run.mlock_non_expert),
         "synthetic": bool(run.synthetic), "status": run.status, "regime": run.get("regime"),
         "steady_tok_per_s": run.get("steady_tok_per_s"), "ttft_s": _ttft(prompt, gen),

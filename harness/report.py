@@ -326,9 +326,12 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
            f"read more than {analysis.DISTURBED_READ_BYTES / 1e6:.0f} MB (and over 1% of the "
            "run's own reads) from the models' disk, the host stole more than "
            f"{analysis.STEAL_BOUND:.0%} of its CPU time, or its mean and median steady token "
-           f"differ by more than {analysis.MEAN_MEDIAN_GAP:.0%}. It is not re-run.\n")
+           f"differ by more than {analysis.MEAN_MEDIAN_GAP:.0%}. Unless the config sets "
+           "`rerun_disturbed: false`, it is measured once more at the end of the study "
+           "(runs.csv `rerun`): the re-run replaces it in the verdicts unless it is disturbed "
+           "too, and then neither counts.\n")
     if len(dist):
-        w.table("disturbed_repeats", dist[["run_id", "repeat", "start_utc", "flag_reason",
+        w.table("disturbed_repeats", dist[["run_id", "repeat", "rerun", "start_utc", "flag_reason",
                                            "foreign_read_bytes", "tok_per_s"]],
                 "runs_table, findings")
     w.text("### Latency: time to first token, prompt processing, per-token percentiles\n")

@@ -2,6 +2,7 @@
 followed to CSV rows, the report, and an interrupted run that finishes when run again."""
 
 import csv
+import json
 import os
 import re
 import shutil
@@ -54,12 +55,20 @@ def test_final_has_results_plots_and_one_record_per_run(pipeline):
     from harness.config import expand
 
     expected = {(r.run_id, k) for r in expand(cfg) for k in range(1, r.repeats + 1)}
+    # each disturbed first measurement was measured once more, at the end; nothing else was
+    reruns, runs = runs[runs.rerun], runs[~runs.rerun]
     assert set(zip(runs.run_id, runs.repeat, strict=True)) == expected
     assert len(runs) == len(expected)
+    flagged = json.loads((pipeline / "results/analysis/disturbed.json").read_text())["rerun"]
+    assert sorted(zip(reruns.run_id, reruns.repeat)) == sorted((f["run_id"], f["repeat"])
+                                                               for f in flagged)
+    assert sorted((f["run_id"], f["repeat"]) for f in flagged) == sorted(
+        zip(runs[runs.disturbed].run_id, runs[runs.disturbed].repeat))
+    if len(reruns):
+        assert reruns.start_utc.min() >= runs.end_utc.max()
     # llama-bench's JSON Lines records, one per configuration and repeat
-    import json
-
     jsonl = [json.loads(x) for x in (final / "llama-bench.jsonl").read_text().splitlines()]
+    jsonl = [r for r in jsonl if not r.get("rerun")]
     assert {(r["run_id"], r["repeat"]) for r in jsonl} == expected
     assert all(r["n_gen"] > 0 and r["avg_ts"] > 0 and r["build_commit"] for r in jsonl)
     lat = pd.read_csv(final / "tables/latency.csv")
@@ -125,6 +134,30 @@ def test_report_builds(pipeline):
     html = (pipeline / "report.html").read_text(errors="replace")
     assert "RESULTS" in html or "runs.csv" in html
     assert (pipeline / "report.html").stat().st_size > 100_000
+
+
+def test_a_disturbed_repeat_is_measured_once_more_at_the_end(pipeline):
+    """A repeat whose record says the host stole its CPUs is flagged; the next invocation
+    re-runs it once, after everything else, and the verdicts judge the re-run instead."""
+    runs = pd.read_csv(pipeline / "results/final/runs.csv")
+    victim = runs[~runs.disturbed & ~runs.rerun].iloc[0]
+    rec_path = pipeline / victim.record
+    rec = json.loads(rec_path.read_text())
+    rec["box"]["counters_delta"]["cpu_s"]["steal"] = 2 * rec["wall_s"]  # all of both CPUs
+    rec_path.write_text(json.dumps(rec))
+    snakemake(pipeline, "results/final")
+    flagged = json.loads((pipeline / "results/analysis/disturbed.json").read_text())
+    assert {"run_id": victim.run_id, "repeat": int(victim.repeat), "flag_reason": "CPU steal"} \
+        in flagged["rerun"]
+    after = pd.read_csv(pipeline / "results/final/runs.csv")
+    mine = after[(after.run_id == victim.run_id) & (after.repeat == victim.repeat)]
+    assert sorted(mine.rerun) == [False, True]
+    first, again = mine[~mine.rerun].iloc[0], mine[mine.rerun].iloc[0]
+    assert first.disturbed and first.flag_reason == "CPU steal" and not again.disturbed
+    assert again.start_utc > after[~after.rerun].end_utc.max()
+    assert (pipeline / again.record).parent.name == f"rerun{victim.repeat}"
+    text = (pipeline / "results/final/RESULTS.md").read_text()
+    assert "measured once more at the end" in text and victim.run_id in text
 
 
 def test_adding_an_entry_plans_only_its_runs(pipeline):

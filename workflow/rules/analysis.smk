@@ -3,7 +3,7 @@
 
 rule runs_table:
     input:
-        records=all_run_records,
+        records=records_with_reruns,
     output:
         report(
             "results/analysis/runs.csv",
@@ -22,7 +22,7 @@ rule runs_table:
 rule findings:
     input:
         runs="results/analysis/runs.csv",
-        records=all_run_records,
+        records=records_with_reruns,
         io=all_io_ceilings,
         compute=all_compute_ceilings,
         quota=all_cpu_quotas,

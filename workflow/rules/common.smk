@@ -1,7 +1,9 @@
 # Helpers and input functions shared by the rules. The logic lives in the harness package.
+import json
 import os
 import re
 import sys
+from pathlib import Path
 
 sys.path.insert(0, workflow.basedir)
 
@@ -58,6 +60,7 @@ localrules:
     all,
     layout,
     runs_table,
+    flag_repeats,
     findings,
     final,
     compare,
@@ -67,6 +70,7 @@ wildcard_constraints:
     profile="|".join(map(re.escape, PROFILES)),
     model="|".join(map(re.escape, MODELS)) or "NONE",
     run_id="|".join(map(re.escape, RUNS)) or "NONE",
+    k=r"\d+",
 
 
 def all_cores(wildcards):
@@ -90,6 +94,14 @@ def synthetic_f16_input(wildcards):
 
 def all_run_records(wildcards):
     return [f"{d}/run.json" for d in RUN_DIRS]
+
+
+def records_with_reruns(wildcards):
+    """Every run record, and the re-run of each disturbed repeat (checkpoint flag_repeats)."""
+    flagged = json.loads(Path(checkpoints.flag_repeats.get().output[0]).read_text())
+    return all_run_records(wildcards) + [
+        f"results/runs/{f['run_id']}/rerun{f['repeat']}/run.json" for f in flagged["rerun"]
+    ]
 
 
 def model_spec(wildcards):

@@ -35,3 +35,49 @@ for _round in range(1, MAX_REPEATS + 1):
             **MEASUREMENT_RESOURCES,
         script:
             "../scripts/harness_run.py"
+
+
+# A repeat the machine disturbed (harness.analysis.flag_reason) is measured once more, after every
+# round: the re-run replaces it in the verdicts unless it is disturbed too (then neither counts).
+checkpoint flag_repeats:
+    input:
+        records=all_run_records,
+    output:
+        "results/analysis/disturbed.json",
+    params:
+        rerun=config.get("rerun_disturbed", True),
+    log:
+        "logs/flag_repeats.log",
+    conda:
+        "../../envs/pipeline.yaml"
+    script:
+        "../scripts/flag_repeats.py"
+
+
+rule harness_rerun:
+    input:
+        manifest=MANIFEST,
+        quota=run_cpu_quota,
+        model=run_model_file,
+        info=run_model_info,
+        layout=run_model_layout,
+        flagged="results/analysis/disturbed.json",
+    output:
+        record="results/runs/{run_id}/rerun{k}/run.json",
+        tokens="results/runs/{run_id}/rerun{k}/tokens.csv",
+        experts="results/runs/{run_id}/rerun{k}/experts.csv",
+    params:
+        spec=run_spec,
+        repeat=lambda wildcards: int(wildcards.k),
+        config=run_profile_params,
+        rerun=True,
+    log:
+        "logs/harness_run/{run_id}/rerun{k}.log",
+    conda:
+        "../../envs/pipeline.yaml"
+    priority: 0
+    threads: all_cores
+    resources:
+        **MEASUREMENT_RESOURCES,
+    script:
+        "../scripts/harness_run.py"

@@ -1,0 +1,16 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+import logging
+
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
+
+from harness.analysis import disturbed_repeats
+from harness.util import atomic_write_json
+
+flagged = disturbed_repeats(snakemake.input.records)
+atomic_write_json(snakemake.output[0], {"disturbed": flagged,
+                                        "rerun": flagged if snakemake.params.rerun else []})
+logging.info(f"{len(flagged)} disturbed repeat(s)"
+             + ("; each is measured once more" if snakemake.params.rerun and flagged else ""))
