@@ -3,7 +3,6 @@ hand-made tables with known answers (tests/test_analysis.py)."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter, OrderedDict
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pandas as pd
 
 from harness import attribution
 from harness.contract import Status
+from harness.record import RunRecord, read_run
 
 WIDE_SPREAD = 0.25  # (max-min)/median above this: flagged `wide_spread` in the summary table
 
@@ -20,8 +20,8 @@ WIDE_SPREAD = 0.25  # (max-min)/median above this: flagged `wide_spread` in the 
 
 
 def run_row(record_path: Path) -> dict:
-    rec = json.loads(Path(record_path).read_text())
-    spec = rec["spec"]
+    rec = read_run(record_path)
+    spec = rec.spec
     tok = pd.read_csv(Path(record_path).parent / "tokens.csv")
     gen = tok[tok.phase == "gen"]
     n = len(gen)
@@ -31,19 +31,19 @@ def run_row(record_path: Path) -> dict:
         return float(gen[col].sum()) / n if n else float("nan")
 
     return {
-        "run_id": rec["run_id"], "repeat": spec["repeat"], "entry": spec["entry"],
+        "run_id": rec.run_id, "repeat": spec.repeat, "entry": spec.entry,
         # a disturbed repeat measured once more at the end of the study (rule harness_rerun)
-        "rerun": bool(spec.get("rerun", False)),
-        "model": spec["model"], "quant": rec["model"].get("quant"),
-        "synthetic": rec["model"].get("synthetic"), "mechanism": spec["mechanism"],
-        "mlock_non_expert": spec["mlock_non_expert"], "log_experts": spec["log_experts"],
-        "threads": spec["threads"], "tokens": spec["tokens"], "lru_budget_mb": spec["lru_budget_mb"],
-        "prefetch_threads": spec["prefetch_threads"], "profile": spec.get("profile"),
-        "status": rec["status"], "tokens_completed": rec["tokens_completed"],
+        "rerun": spec.rerun,
+        "model": spec.model, "quant": rec.model.quant,
+        "synthetic": rec.model.synthetic, "mechanism": spec.mechanism,
+        "mlock_non_expert": spec.mlock_non_expert, "log_experts": spec.log_experts,
+        "threads": spec.threads, "tokens": spec.tokens, "lru_budget_mb": spec.lru_budget_mb,
+        "prefetch_threads": spec.prefetch_threads, "profile": spec.profile,
+        "status": rec.status, "tokens_completed": rec.tokens_completed,
         "tok_per_s": n / decode_s if n and decode_s > 0 else float("nan"),
         # the run's figure: the first generated token excluded (it is first_token_s)
         "steady_tok_per_s": steady_rate(gen),
-        "mean_median_gap": mean_median_gap(gen), "run_wall_s": rec.get("wall_s"),
+        "mean_median_gap": mean_median_gap(gen), "run_wall_s": rec.wall_s,
         "prompt_tok_per_s": prompt_rate(tok),
         "majflt_per_token": per("majflt"),
         "bytes_prefetched_per_token": per("bytes_prefetched"),
@@ -52,9 +52,9 @@ def run_row(record_path: Path) -> dict:
         "pread_s_per_token": per("pread_s"), "madvise_s_per_token": per("madvise_s"),
         "other_prefetch_s_per_token": per("other_prefetch_s"), "wall_s_per_token": per("wall_s"),
         "peak_rss_bytes": int(tok.rss_bytes.max()) if len(tok) else None,
-        "peak_cgroup_bytes": rec.get("peak_cgroup_bytes"),
-        "byte_accounting_ok": rec.get("summary", {}).get("byte_accounting_ok"),
-        "residency_at_start": rec.get("residency_at_start"),
+        "peak_cgroup_bytes": rec.peak_cgroup_bytes,
+        "byte_accounting_ok": rec.summary.byte_accounting_ok,
+        "residency_at_start": rec.residency_at_start,
         **box_columns(rec, gen, per),
         # from the first decode on (the prompt's and every generated token's reads), per
         # generated token: what the floor of the distance-to-the-limit table bounds
@@ -64,7 +64,7 @@ def run_row(record_path: Path) -> dict:
         "harness_s_per_token": per("harness_s") if "harness_s" in gen else float("nan"),
         **attribution.run_attribution(gen),
         **prediction_columns(Path(record_path).parent / "mechanism.csv"),
-        "start_utc": rec.get("start_utc"), "end_utc": rec.get("end_utc"),
+        "start_utc": rec.start_utc, "end_utc": rec.end_utc,
         "record": str(record_path),
     }
 
@@ -93,9 +93,9 @@ def prompt_rate(tok: pd.DataFrame) -> float:
 DISTURBED_READ_BYTES = 50e6  # foreign reads above this, and above 1% of the run's own: disturbed
 
 
-def foreign_read(device: dict, cgroup_io: dict) -> float:
+def foreign_read(device_read_bytes, cgroup_read_bytes) -> float:
     """Bytes the whole disk read during the run beyond what the run's cgroup read (nan unknown)."""
-    dev, own = device.get("read_bytes"), cgroup_io.get("read", -1)
+    dev, own = device_read_bytes, cgroup_read_bytes
     return float(dev - own) if dev is not None and own is not None and own >= 0 else float("nan")
 
 
@@ -150,28 +150,24 @@ def prediction_columns(path: Path) -> dict:
                                               / gen.predicted_bytes.sum())}
 
 
-def box_columns(rec: dict, gen: pd.DataFrame, per) -> dict:
+def box_columns(rec: RunRecord, gen: pd.DataFrame, per) -> dict:
     """The conditions the run was measured under and what the kernel did beside it."""
-    lim = rec.get("limits_in_force", {})
-    moments = rec.get("summary", {}).get("model_moments", {})
-    box = rec.get("box", {})
-    dev = box.get("counters_delta", {}).get("device", {})
-    damon = box.get("damon_applied_during_run", {})
-    advice = (rec.get("build") or {}).get("file_advice") or {}
+    decode_start = rec.summary.moment("before_first_decode")
+    before_load, after_load = rec.summary.moment("before_load"), rec.summary.moment("after_load")
+    damon = rec.damon_applied
     cg_read = per("cgroup_read_bytes") if "cgroup_read_bytes" in gen else float("nan")
     routed = per("bytes_routed")
     nan = float("nan")
     return {
         # False: the profile's limits could not be applied and the run went on without them
         # (profile.allow_unenforced); every table and verdict that uses it says so
-        "limits_enforced": not lim.get("error"),
-        "read_ahead_kb": lim.get("read_ahead_kb"),
-        "fadvise": ",".join(advice.get("posix_fadvise", [])) or None,
-        "cpu_quota": lim.get("cpu_quota"), "write_bps_limit": lim.get("write_bps"),
-        "residency_decode_start": moments.get("before_first_decode", {}).get("residency"),
-        "load_read_bytes": (moments["after_load"]["cgroup_read_bytes"]
-                            - moments["before_load"]["cgroup_read_bytes"])
-        if {"after_load", "before_load"} <= set(moments) else None,
+        "limits_enforced": rec.limits_enforced,
+        "read_ahead_kb": rec.limit("read_ahead_kb"),
+        "fadvise": ",".join(rec.file_advice) or None,
+        "cpu_quota": rec.limit("cpu_quota"), "write_bps_limit": rec.limit("write_bps"),
+        "residency_decode_start": decode_start.residency if decode_start else None,
+        "load_read_bytes": (after_load.cgroup_read_bytes - before_load.cgroup_read_bytes
+                            if before_load and after_load else None),
         "first_token_s": float(gen.wall_s.iloc[0]) if len(gen) else nan,
         "cgroup_read_bytes_per_token": cg_read if cg_read >= 0 else nan,
         # the bytes the disk really delivered for each byte of routed expert weights
@@ -186,11 +182,11 @@ def box_columns(rec: dict, gen: pd.DataFrame, per) -> dict:
         "hook_s_per_token": per("hook_s") if "hook_s" in gen else nan,
         "cgroup_write_bytes_per_token": (per("cgroup_write_bytes") if "cgroup_write_bytes" in gen
                                          else nan),
-        "device_read_bytes": dev.get("read_bytes"), "device_write_bytes": dev.get("write_bytes"),
+        "device_read_bytes": rec.device_read_bytes, "device_write_bytes": rec.device_write_bytes,
         # what the rest of the machine read from the same disk while the run was measured
-        "foreign_read_bytes": foreign_read(dev, rec.get("cgroup_io_bytes", {})),
-        "cpu_steal_s": box.get("counters_delta", {}).get("cpu_s", {}).get("steal"),
-        "damon_pageout_bytes": damon.get("pageout", {}).get("sz_applied"),
+        "foreign_read_bytes": foreign_read(rec.device_read_bytes, rec.cgroup_read_bytes),
+        "cpu_steal_s": rec.cpu_steal_s,
+        "damon_pageout_bytes": (damon.get("pageout") or {}).get("sz_applied"),
         "damon_applied_bytes": sum(v.get("sz_applied", 0) for v in damon.values()) if damon else None,
     }
 

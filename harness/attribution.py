@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from harness import box
 from harness.box import parse_keyed, read_value
+from harness.record import TOKEN_FIELDS
 
 if TYPE_CHECKING:  # the measured process never imports pandas for this module
     import pandas as pd
@@ -172,10 +173,8 @@ class TokenClock:
             cpu_some_s=cpu_some, disk_busy_s=busy, disk_read_bytes=dread)
 
 
-# the per-token row's attribution columns, in order (tokens.csv)
-PART_FIELDS = ["thread_user_s", "thread_sys_s", "thread_delay_s", "io_wait_s", "unexplained_s",
-               "cg_user_s", "cg_sys_s", "throttled_s", "nr_periods", "nr_throttled", "io_full_s",
-               "mem_stall_s", "cpu_stall_s", "disk_busy_s", "device_read_bytes", "identity_ok"]
+# the per-token row's attribution columns, in order (tokens.csv, declared in harness.record)
+PART_FIELDS = TOKEN_FIELDS[TOKEN_FIELDS.index("thread_user_s"):]
 
 
 def parts(a: Snapshot, b: Snapshot, wall: float) -> dict:

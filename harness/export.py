@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.record import RunRecord, read_run
+
 PERCENTILES = (50, 90, 99)
 
 
@@ -20,25 +22,23 @@ def _generated(record_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return tok[tok.phase == "prompt"], tok[tok.phase == "gen"]
 
 
-def llama_bench_record(run: pd.Series, record: dict, root: Path) -> dict:
+def llama_bench_record(run: pd.Series, record: RunRecord, root: Path) -> dict:
     """One run as llama-bench's JSON record (its field names where they apply) plus ours."""
     prompt, gen = _generated(root / run.record)
     steady = gen.iloc[1:] if len(gen) > 1 else gen
     ts = (1.0 / steady.wall_s).to_numpy(float) if len(steady) else np.array([])
-    model = record.get("model") or {}
-    build = record.get("build") or {}
-    machine = record.get("machine") or {}
+    model, build, machine = record.model, record.build, record.machine
     lat = steady.wall_s.to_numpy(float)
     return {
         # llama-bench's fields
         "build_commit": (build.get("commit") or "")[:7], "build_number": 0,
         "cpu_info": machine.get("cpu_model"), "gpu_info": "", "backends": "CPU",
-        "model_filename": model.get("path"), "model_type": f"{model.get('name')} {model.get('quant')}",
-        "model_size": _size(model.get("path")), "model_n_params": None,
+        "model_filename": model.path, "model_type": f"{model.name} {model.quant}",
+        "model_size": _size(model.path), "model_n_params": None,
         "n_batch": None, "n_ubatch": None, "n_threads": int(run.threads),
         "type_k": "f16", "type_v": "f16", "n_gpu_layers": 0, "use_mmap": True, "embeddings": False,
         "n_prompt": int(prompt.n_tokens.sum()) if len(prompt) else 0, "n_gen": int(len(gen)),
-        "test_time": record.get("start_utc"),
+        "test_time": record.start_utc,
         "avg_ns": int(np.mean(lat) * 1e9) if len(lat) else None,
         "stddev_ns": int(np.std(lat, ddof=1) * 1e9) if len(lat) > 1 else 0,
         "avg_ts": float(np.mean(ts)) if len(ts) else None,
@@ -53,7 +53,7 @@ def llama_bench_record(run: pd.Series, record: dict, root: Path) -> dict:
         "prompt_tok_per_s": run.get("prompt_tok_per_s"),
         **{f"latency_p{p}_s": float(np.percentile(lat, p)) if len(lat) else None
            for p in PERCENTILES},
-        "limits_in_force": record.get("limits_in_force"), "record": run.record,
+        "limits_in_force": record.limits_in_force, "record": run.record,
     }
 
 
@@ -77,7 +77,7 @@ def write_jsonl(runs: pd.DataFrame, root: Path, out: Path) -> int:
     for _, run in runs.iterrows():
         if not isinstance(run.record, str):
             continue
-        record = json.loads((root / run.record).read_text())
+        record = read_run(root / run.record)
         lines.append(json.dumps(llama_bench_record(run, record, root), default=str))
     out.write_text("\n".join(lines) + ("\n" if lines else ""))
     return len(lines)

@@ -3,9 +3,10 @@ from the expected cost of a run, corrected by the runs already finished."""
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
+
+from harness.record import read_run
 
 # a run's wall time before any has finished here (the second reference run: ~3.4 min at 16
 # tokens under seed-box, about half at 6 tokens); replaced by the finished runs' own times
@@ -18,9 +19,11 @@ def finished_walls(run_dirs: list[str], root: Path = Path(".")) -> list[float]:
         rec = root / d / "run.json"
         if rec.exists():
             try:
-                walls.append(float(json.loads(rec.read_text())["wall_s"]))
-            except (OSError, ValueError, KeyError):
+                wall = read_run(rec).wall_s
+            except (OSError, ValueError):
                 continue
+            if wall is not None:
+                walls.append(float(wall))
     return walls
 
 

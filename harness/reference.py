@@ -35,7 +35,8 @@ def export(run_root: Path, dest: Path) -> list[Path]:
     (out / "models").mkdir(parents=True)
     for f in sorted((res / "models").glob("*.json")):  # metadata and layouts, never the GGUFs
         shutil.copy2(f, out / "models" / f.name)
-    for rec in sorted((res / "runs").glob("*/rep*/run.json")):
+    # every repeat, and the re-run of each disturbed one (rerun<k>/)
+    for rec in sorted((res / "runs").glob("*/re*/run.json")):
         d = out / "runs" / rec.parent.parent.name / rec.parent.name
         d.mkdir(parents=True)
         for name in RUN_FILES:

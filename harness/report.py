@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from harness import analysis, attribution, captions, export, mechanisms
+from harness.record import read_run
 from harness import findings
 from harness import plots
 from harness.contract import Status
@@ -155,10 +156,10 @@ def _regime(d: Loaded, inputs, name: str, i: int, several: bool):
     rules name ceilings per profile, so even a one-profile study gets lists of one)."""
     if several:
         runs = d.all_runs[d.all_runs.profile == name]
-        records = [r for r in d.records if (r.get("spec") or {}).get("profile") == name]
+        records = [r for r in d.records if r.spec.profile == name]
         d = dataclasses.replace(d, all_runs=runs, runs=d.runs[d.runs.profile == name],
                                 records=records,
-                                limits=records[0].get("limits_in_force", {}) if records else {})
+                                limits=records[0].limits_in_force if records else {})
     quota = getattr(inputs, "quota", None)
     return d, SimpleNamespace(
         runs=inputs.runs, layouts=inputs.layouts, infos=inputs.infos, records=inputs.records,
@@ -193,9 +194,9 @@ def _load(inputs, config: dict) -> Loaded:
     layouts = {Path(p).name.removesuffix(".layout.json"): json.loads(Path(p).read_text())
                for p in inputs.layouts}
     infos = {Path(p).name.removesuffix(".json"): json.loads(Path(p).read_text()) for p in inputs.infos}
-    records = [json.loads(Path(p).read_text()) for p in inputs.records]
+    records = [read_run(p) for p in inputs.records]
     # every distinct machine the records name (one, unless results from elsewhere were mixed in)
-    machines = (pd.DataFrame([r["machine"] for r in records]).drop_duplicates() if records
+    machines = (pd.DataFrame([r.machine for r in records]).drop_duplicates() if records
                 else pd.DataFrame([{}]))
     q4, q2 = _pair_models(config)
     all_runs["disturbed"] = analysis.disturbed(all_runs)
@@ -204,7 +205,7 @@ def _load(inputs, config: dict) -> Loaded:
     return Loaded(config=config, all_runs=all_runs, runs=judged,
                   run_length=run_length, layouts=layouts, infos=infos, records=records,
                   machines=machines,
-                  limits=records[0].get("limits_in_force", {}) if records else {},
+                  limits=records[0].limits_in_force if records else {},
                   any_synth=any(i.get("synthetic") for i in infos.values()), q4=q4, q2=q2)
 
 
@@ -498,15 +499,15 @@ def _box_section(w: Writer, runs: pd.DataFrame, records: list, inputs) -> None:
         t = pd.concat([g[c].median() if pd.api.types.is_numeric_dtype(runs[c]) else g[c].first()
                        for c in have], axis=1).reset_index()
         w.table("box_conditions", t, "harness_run")
-    rec = next((r for r in records if r.get("box")), None)
+    rec = next((r for r in records if r.box), None)
     if rec:
-        damon = rec["box"].get("damon", [])
+        damon = rec.damon_state
         rows = [{"kdamond": k["kdamond"], "state": k["state"], "operations": c.get("operations"),
                  "action": sc.get("action"),
                  "min_age_aggregations": (sc.get("access_pattern", {}).get("age", {}) or {}).get("min"),
                  "aggr_us": c.get("intervals_us", {}).get("aggr_us")}
                 for k in damon for c in k["contexts"] for sc in c["schemes"]]
-        thp = rec["box"].get("thp", {})
+        thp = rec.thp
         w.text(f"Transparent huge pages: enabled `{thp.get('enabled')}`, defrag "
                f"`{thp.get('defrag')}`.\n")
         if rows:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from harness import attribution, libc, measurelock, pagecache, parameters
+from harness import record as run_record
 from harness.box import BoxRecord
 from harness.contract import Status, WorkerParams
 from harness.limits import Limits, RunCgroup
@@ -299,7 +300,8 @@ def _finish(record: dict, out: Path, work: Path, model_path: str) -> dict:
                         f"tail:\n{tail}")
     if not record["model_unchanged"]:
         raise RunFailed(f"run {record['run_id']}: model file {model_path} changed during the run")
-    atomic_write_json(out / "run.json", record)  # last: its presence means the run is complete
+    typed = run_record.from_dict(record)  # a field the record type does not declare fails here
+    run_record.write_run(out / "run.json", typed)  # last: its presence means the run is complete
     log.info(f"run {record['run_id']}: {record['status']}, {record['tokens_completed']} tokens, "
         f"{record['wall_s']:.1f} s")
-    return record
+    return {**typed.as_dict(), "format": run_record.FORMAT_VERSION}

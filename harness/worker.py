@@ -20,19 +20,15 @@ from pathlib import Path
 import numpy as np
 
 from harness import lib as hlib
-from harness import attribution, libc, pagecache
+from harness import attribution, libc, pagecache, record
 from harness import mechanisms as mech
 from harness.contract import WorkerParams
 from harness.layout import Layout
 from harness.limits import read_io_bytes
 
 TOPK_PREFIX = b"ffn_moe_topk-"
-TOKEN_FIELDS = ["index", "phase", "n_tokens", "token_id", "wall_s", "majflt", "minflt", "pread_s",
-                "madvise_s", "other_prefetch_s", "bytes_prefetched", "bytes_routed", "disk_read_bytes",
-                "cgroup_read_bytes", "rss_bytes", "t_unix", "dirtied_bytes", "cgroup_write_bytes",
-                "bytes_missing", "bytes_missing_after", "bytes_read", "hook_s", "hook_on",
-                # the harness's own work between two decodes (rows, checks, sampling, Python)
-                "harness_s", *attribution.PART_FIELDS]
+# tokens.csv's columns, declared with their units in harness.record
+TOKEN_FIELDS = record.TOKEN_FIELDS
 EXPERT_FIELDS = ["token", "layer", "rank", "expert"]
 
 

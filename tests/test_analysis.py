@@ -129,8 +129,8 @@ def test_disturbed_repeats_are_those_something_else_read_the_disk_during():
                          "cgroup_read_bytes_per_token": [1e8, 1e8, 1e8, 1e12, 1e8],
                          "tokens_completed": [16] * 5})
     assert list(analysis.disturbed(runs)) == [False, False, True, False, False]
-    assert analysis.foreign_read({"read_bytes": 500}, {"read": 200}) == 300
-    assert pd.isna(analysis.foreign_read({"read_bytes": 500}, {"read": -1}))
+    assert analysis.foreign_read(500, 200) == 300
+    assert pd.isna(analysis.foreign_read(500, -1)) and pd.isna(analysis.foreign_read(None, 200))
 
 
 def test_a_run_is_flagged_for_steal_or_a_stall_and_says_why():

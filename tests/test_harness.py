@@ -55,6 +55,7 @@ def test_every_mechanism_completes_with_full_records(all_runs):
                     "summary"):
             assert key in on_disk, (name, key)
         assert on_disk["build"]["commit"] and on_disk["model"]["synthetic"] is True
+        assert on_disk["format"] == 2  # harness.record.FORMAT_VERSION
 
 
 def test_prompt_tokenizes_to_gpt_neox_tokens(all_runs):
