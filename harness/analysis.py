@@ -180,6 +180,7 @@ def box_columns(rec: RunRecord, gen: pd.DataFrame, per) -> dict:
                                    if "bytes_missing" in gen and cg_read >= 0 and per("bytes_missing") > 0
                                    else nan),
         "hook_s_per_token": per("hook_s") if "hook_s" in gen else nan,
+        "mechanism_s_per_token": per("mechanism_s") if "mechanism_s" in gen else nan,
         "cgroup_write_bytes_per_token": (per("cgroup_write_bytes") if "cgroup_write_bytes" in gen
                                          else nan),
         "device_read_bytes": rec.device_read_bytes, "device_write_bytes": rec.device_write_bytes,

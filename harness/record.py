@@ -311,6 +311,8 @@ TOKEN_COLUMNS = (
     Column("bytes_missing_after", "bytes", "routed bytes still not resident after it"),
     Column("bytes_read", "bytes", "bytes the mechanism read itself"),
     Column("hook_s", "s", "the routing hook's own time (the mechanism's excluded)"),
+    Column("mechanism_s", "s", "time in the mechanism's own calls: its per-layer work and, for "
+           "lookahead, its prediction (apart from the hook's)"),
     Column("hook_on", "0/1", "the hook was on for this decode (an A/B run switches it)"),
     Column("harness_s", "s", "the harness's own work between two decodes (rows, checks, sampling)"),
     Column("thread_user_s", "s", "the decoding thread's user CPU (CLOCK_THREAD_CPUTIME_ID, split "

@@ -296,7 +296,7 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
         columns={"median": "majflt_per_token"})
     summ = summ.merge(faults, on="run_id", how="left")
     for col in ("read_amplification", "residency_decode_start", "first_token_s",
-                "kernel_read_vs_missing", "hook_s_per_token"):
+                "kernel_read_vs_missing", "hook_s_per_token", "mechanism_s_per_token"):
         summ = summ.merge(analysis.summarize(all_runs, col)[["run_id", "median"]].rename(
             columns={"median": col}), on="run_id", how="left")
     summ["synthetic"] = summ["synthetic"].astype(bool)
@@ -308,7 +308,8 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
     w.table("summary", summ[["run_id", "synthetic", "quant", "mechanism", "mlock_non_expert",
                                       "log_experts", "tokens", "n", "median", "min", "max", "wide_spread",
                                       "majflt_per_token", "read_amplification",
-                                      "kernel_read_vs_missing", "hook_s_per_token", "hook_share", "statuses",
+                                      "kernel_read_vs_missing", "hook_s_per_token", "hook_share",
+                                      "mechanism_s_per_token", "statuses",
                                       "limits_enforced"]].rename(
         columns={"median": "tok_per_s_median", "min": "tok_per_s_min", "max": "tok_per_s_max"}),
         "runs_table, findings")
@@ -319,7 +320,9 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
            "copies; 1 = the kernel read nothing else). `hook_s_per_token`: wall time in the "
            "routing hook's own work (residency syscalls, ids, logging; the mechanism excluded), "
            "under the CPU quota; `hook_share`: that time over the median token's "
-           "(hook_s_per_token x tok/s).\n")
+           "(hook_s_per_token x tok/s). `mechanism_s_per_token`: wall time in the mechanism's "
+           "own calls (its per-layer work and, for lookahead, its prediction), apart from the "
+           "hook's.\n")
     dist = all_runs[all_runs.disturbed].assign(flag_reason=analysis.flag_reason)
     w.text(f"### Repeats left out of the verdicts: {len(dist)}\n")
     w.text("A repeat the machine disturbed, by its recorded counters, is left out of the verdicts "

@@ -199,6 +199,7 @@ class NativeRouting:
         hook.calls += h.n_routed
         hook.missing, hook.missing_after = h.missing, h.missing_after
         hook.hook_s = h.hook_ns / 1e9
+        hook.mechanism_s = h.python_ns / 1e9  # C calls Python only for the mechanism's work
         if hook.log_experts and h.n_rows:
             ids = np.ctypeslib.as_array(self.rows).reshape(-1, 4)[: h.n_rows]
             hook.sink.write("".join(f"{t},{la},{r},{e}\n" for t, la, r, e in ids.tolist()))
@@ -231,6 +232,7 @@ class RoutingHook:
         self.routed = []  # (layer, unique experts) of the current decode
         self.missing = self.missing_after = 0  # bytes, this decode
         self.hook_s = 0.0  # time in this callback's observing path (mechanism excluded)
+        self.mechanism_s = 0.0  # time in the mechanism's own calls (on_route, observe)
         self.error: BaseException | None = None
 
     def check(self, tensor, layer: int) -> None:
@@ -283,8 +285,10 @@ class RoutingHook:
             name = tensor.name
             if not name.startswith(TOPK_PREFIX):
                 if self.mechanism.observes and name.startswith(self.mechanism.observes):
-                    self.observe(tensor, name)
-                    self.hook_s += time.perf_counter() - t0
+                    t1 = time.perf_counter()
+                    self.observe(tensor, name)  # the mechanism's own work (lookahead's prediction)
+                    self.mechanism_s += time.perf_counter() - t1
+                    self.hook_s += t1 - t0
                 return True
             layer = int(name[len(TOPK_PREFIX):])
             self.check(tensor, layer)
@@ -314,6 +318,7 @@ class RoutingHook:
             t2 = time.perf_counter()
             self.missing_after += self.missing_bytes(layer, unique)
             self.hook_s += (t1 - t0) + (time.perf_counter() - t2)
+            self.mechanism_s += t2 - t1
             return True
         except BaseException as exc:  # an exception must not unwind through C; stop the decode
             self.error = exc
@@ -466,7 +471,7 @@ class Worker:
         hook.token, hook.batch_n, hook.enabled = pos, n, hook_on
         hook.routed = []
         hook.missing = hook.missing_after = 0
-        hook.hook_s = 0.0
+        hook.hook_s = hook.mechanism_s = 0.0
         if self.native:
             self.native.begin(pos, n, hook_on)
         m.begin_decode(pos, n)
@@ -520,7 +525,7 @@ class Worker:
             "cgroup_write_bytes": since(cg0, cg1, "write"), "bytes_missing": hook.missing,
             "bytes_missing_after": hook.missing_after,
             "bytes_read": c1["bytes_read"] - c0["bytes_read"], "hook_s": f"{hook.hook_s:.6f}",
-            "hook_on": int(hook_on), "harness_s": f"{harness_s:.6f}",
+            "mechanism_s": f"{hook.mechanism_s:.6f}", "hook_on": int(hook_on), "harness_s": f"{harness_s:.6f}",
             **{k: (f"{v:.6f}" if isinstance(v, float) else v)
                for k, v in attribution.parts(snap0, snap1, wall).items()}}
 
