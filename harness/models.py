@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import json
 import logging
 import os
@@ -87,6 +88,10 @@ class Shape:
     n_expert: int = 0
     n_expert_used: int = 0
     tied_embeddings: bool = False
+    # ffn_norm weights drawn from 1 +- this (0: all ones, the full-size presets, whose routing
+    # was calibrated so): non-unit norms are what tells a predictor that applies the wrong
+    # layer's norm from one that applies the right one
+    ffn_norm_spread: float = 0.0
 
     @property
     def head_dim(self) -> int:
@@ -111,7 +116,8 @@ SHAPES = {
     "olmoe-tiny": Shape("olmoe", "OLMoE-tiny (synthetic)", n_layer=4, n_embd=256, n_ff=256,
                         n_head=4, n_head_kv=4, n_vocab=50304,
                         vocab_file="models/ggml-vocab-gpt-neox.gguf", context_length=4096,
-                        rms_eps=1e-5, rope_freq_base=10000.0, n_expert=8, n_expert_used=2),
+                        rms_eps=1e-5, rope_freq_base=10000.0, n_expert=8, n_expert_used=2,
+                        ffn_norm_spread=0.5),
     "qwen2-tiny": Shape("qwen2", "Qwen2-tiny (synthetic)", n_layer=2, n_embd=128, n_ff=256,
                         n_head=4, n_head_kv=2, n_vocab=151936, vocab_file="models/ggml-vocab-qwen2.gguf",
                         context_length=4096, rms_eps=1e-6, rope_freq_base=1000000.0,
@@ -181,11 +187,21 @@ def _recency_direction(shape: Shape) -> np.ndarray:
     return u / np.linalg.norm(u)
 
 
+def hash_name(name: str) -> int:
+    """A stable seed from a tensor's name (Python's hash() is salted per process)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
+
+
 def _tensor(rng: np.random.Generator, shape: Shape, name: str, np_shape: tuple[int, ...], role: str,
             shared: np.ndarray) -> np.ndarray:
     """One non-expert tensor's weights, with the temporal-structure knobs applied."""
     if name.endswith(("attn_q_norm.weight", "attn_k_norm.weight")):
         return np.full(np_shape, QK_NORM_GAIN, dtype=np.float32)
+    if name.endswith("ffn_norm.weight") and shape.ffn_norm_spread:
+        # its own generator: the other tensors' draws stay what they were
+        own = np.random.default_rng([hash_name(name), 1])
+        return (1.0 + own.uniform(-shape.ffn_norm_spread, shape.ffn_norm_spread, np_shape)
+                ).astype(np.float32)
     w = _weights(rng, np_shape, role)
     if not EMBED_SHARED:
         return w

@@ -80,3 +80,19 @@ def test_the_prediction_uses_the_next_layers_norm_on_the_residual_it_will_see():
         old = set(np.argsort(-(normed * gamma_l) @ router.T)[0, :k].tolist())
         differs += old != want
     assert differs >= 10  # the test tells the two rules apart
+
+
+def test_the_tiny_models_ffn_norms_differ_by_layer_so_the_runs_exercise_the_norm(tiny_models):
+    """With every norm weight 1 (the full-size presets) dividing out layer L's and applying layer
+    L+1's changes nothing: the tiny model's non-unit norms are what make the real runs above
+    depend on the prediction using the right layer's."""
+    import numpy as np
+    from gguf import GGUFReader
+
+    r = GGUFReader(tiny_models["olmoe-tiny-Q4_K_M"]["gguf"])
+    norms = {t.name: np.array(t.data, dtype=np.float32) for t in r.tensors
+             if t.name.endswith("ffn_norm.weight")}
+    assert len(norms) == 4
+    for w in norms.values():
+        assert 0.5 <= w.min() < 0.9 and 1.1 < w.max() <= 1.5  # 1 +- 0.5, not all ones
+    assert not np.allclose(norms["blk.0.ffn_norm.weight"], norms["blk.1.ffn_norm.weight"])
