@@ -8,6 +8,7 @@ only when every part holds and is refuted after Holm's correction across its par
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -25,6 +26,13 @@ FAULT_FLOOR = 5.0  # fewer major faults per token than this on either side: faul
 WRITE_IN_PLACE_SLOWER = 2.0  # the study: write-in-place "over 2x slower"
 DISK_GATED = 0.5  # pread time is disk-gated when the thread waits on I/O for most of it
 MIN_BUDGETS = 4  # a trend against the LRU budget needs four budgets
+
+
+def _plots():
+    """The figures' module, imported when a figure is drawn (matplotlib is not needed to judge)."""
+    from harness import plots
+
+    return plots
 
 
 def _rng(s: pd.Series) -> str:
@@ -106,9 +114,13 @@ class Study:
 
 @dataclass
 class Outcome:
+    """What a finding shows: its verdict, its tables, notes, and its figures as (name, draw):
+    `draw()` returns the matplotlib figure (drawn only when rendered)."""
+
     verdict: Verdict
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    figures: list[tuple[str, Callable]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -185,7 +197,10 @@ class SkewFinding(Finding):
         else:
             v = Verdict(HOLDS if frac >= 0.25 else FAILS,
                         f"the median layer needs {frac:.0%} of its experts for 80%")
-        return Outcome(v, {"finding2_skew": sk})
+        lay = st.layouts.get(st.q4, {})
+        heat = analysis.routing_heatmap(st.trace, lay.get("n_layer", 0), lay.get("n_expert", 0))
+        return Outcome(v, {"finding2_skew": sk},
+                       figures=[("routing_heatmap", lambda: _plots().routing_heatmap(heat))])
 
 
 class LocalityFinding(Finding):
@@ -214,7 +229,13 @@ class LocalityFinding(Finding):
             {"statistic": "shared at distance 8", "this_run": float(by_d.get(8, float("nan"))),
              "study": STUDY_ROUTING["shared_distance_8"]}])
         stats["this_run"] = stats["this_run"].astype(str)
-        return Outcome(v, {"finding3_locality": loc, "routing_vs_study": stats})
+        # what any expert cache could do on this trace: LRU, LFU and Belady's optimum
+        sizes = sorted({max(1, st.n_expert * k // 8) for k in range(1, 9)})
+        cs = analysis.cache_simulation(st.trace, sizes=sizes)
+        return Outcome(v, {"finding3_locality": loc, "routing_vs_study": stats,
+                           "cache_simulation": cs},
+                       figures=[("locality", lambda: _plots().locality(loc)),
+                                ("cache_simulation", lambda: _plots().cache_simulation(cs))])
 
 
 class ScalingFinding(Finding):

@@ -9,8 +9,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import analysis
-
 
 def summary_plots(w, summ: pd.DataFrame, any_synth: bool) -> None:
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(summ) + 1.5))
@@ -52,39 +50,34 @@ def attribution_plot(w, t: pd.DataFrame) -> None:
     w.plot("attribution", fig)
 
 
-def finding_plots(w, number: str, study, layouts: dict) -> None:
-    """The figures that go with a finding (routing findings only)."""
-    ex = study.trace
-    if ex is None:
-        return
-    if number == "2":
-        lay = layouts.get(study.q4, {})
-        fig, ax = plt.subplots(figsize=(8, 3))
-        im = ax.imshow(analysis.routing_heatmap(ex, lay.get("n_layer", 0), lay.get("n_expert", 0)),
-                       aspect="auto", cmap="viridis")
-        ax.set_xlabel("expert")
-        ax.set_ylabel("layer")
-        fig.colorbar(im, ax=ax, label="activations")
-        w.plot("routing_heatmap", fig)
-    if number == "3":
-        loc = analysis.locality(ex)
-        fig, ax = plt.subplots(figsize=(6, 3))
-        ax.plot(loc.distance, loc.shared_fraction, marker="o")
-        ax.set_xlabel("token distance d")
-        ax.set_ylabel("shared routed experts")
-        w.plot("locality", fig)
-        w.text("### What any expert cache could do (simulated on the trace)\n")
-        n_expert = study.n_expert
-        sizes = sorted({max(1, n_expert * k // 8) for k in range(1, 9)})
-        cs = analysis.cache_simulation(ex, sizes=sizes)
-        w.table("cache_simulation", cs, "findings")
-        fig, ax = plt.subplots(figsize=(6, 3))
-        for pol, g in cs.groupby("policy"):
-            ax.plot(g.cache_experts_per_layer, g.hit_rate, marker="o", label=pol)
-        ax.set_xlabel("cache size (experts per layer)")
-        ax.set_ylabel("hit rate")
-        ax.legend()
-        w.plot("cache_simulation", fig)
+def routing_heatmap(matrix: np.ndarray):
+    """Activations per layer (rows) and expert (columns) of a routing trace (finding 2)."""
+    fig, ax = plt.subplots(figsize=(8, 3))
+    im = ax.imshow(matrix, aspect="auto", cmap="viridis")
+    ax.set_xlabel("expert")
+    ax.set_ylabel("layer")
+    fig.colorbar(im, ax=ax, label="activations")
+    return fig
+
+
+def locality(loc: pd.DataFrame):
+    """Share of routed experts tokens t and t+d have in common, per d (finding 3)."""
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.plot(loc.distance, loc.shared_fraction, marker="o")
+    ax.set_xlabel("token distance d")
+    ax.set_ylabel("shared routed experts")
+    return fig
+
+
+def cache_simulation(cs: pd.DataFrame):
+    """Hit rate per cache size of each simulated policy (finding 3)."""
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for pol, g in cs.groupby("policy"):
+        ax.plot(g.cache_experts_per_layer, g.hit_rate, marker="o", label=pol)
+    ax.set_xlabel("cache size (experts per layer)")
+    ax.set_ylabel("hit rate")
+    ax.legend()
+    return fig
 
 
 def time_breakdown(w, bd_t: pd.DataFrame, run_id: str) -> None:

@@ -396,7 +396,8 @@ def _findings(w: Writer, d: Loaded, io_med, comp_t, moe_ceiling) -> list[dict]:
         for note in out.notes:
             w.text(note + "\n")
         w.text(f"**Verdict: {out.verdict.verdict}** ({out.verdict.reason}). Rule: {finding.rule}.\n")
-        plots.finding_plots(w, finding.number, study, layouts)
+        for name, draw in out.figures:  # each finding draws its own figures; this only renders
+            w.plot(name, draw())
         verdicts.append({"finding": finding.number, "claim": finding.title,
                          "verdict": out.verdict.verdict, "why": out.verdict.reason})
 
