@@ -73,6 +73,9 @@ class RunSpec:
     lookahead_call: str = "madvise"
     lookahead_source: str = "ffn_norm"
     writeback: str = "kernel"
+    cache_budget_mb: int = 900
+    io_depth: int = 4
+    predict_experts: int = 8
     profile: str = ""  # the machine profile (regime) the run is measured under
 
     def as_dict(self) -> dict:

@@ -23,6 +23,7 @@ from harness.libc import (
     MADV_DONTNEED,
     MADV_POPULATE_READ,
     MADV_WILLNEED,
+    MAP_ANONYMOUS,
     MAP_PRIVATE,
     MAP_SHARED,
     SYNC_FILE_RANGE_WRITE,
@@ -391,6 +392,162 @@ class LruODirect(Mechanism):
         self.buf.close()
 
 
+@register
+class ODirectCache(Mechanism):
+    """An expert cache in its own anonymous memory, filled by O_DIRECT reads, ahead of need.
+
+    Designed from the attribution: under a CPU quota a token's time is mostly the kernel's
+    page-cache work (copies, faults, reclaim) charged to the quota; on a slow disk it is waiting
+    for reads issued one slab at a time. So: the page-aligned inside of every expert tensor is
+    remapped anonymous (MAP_FIXED over llama.cpp's mapping, zero until read), and a slab is read
+    with O_DIRECT straight into its place in that memory: no page-cache copy, no copy-on-write,
+    no second read on a fault. Reads run on `io_depth` threads, so several slabs are in flight at
+    once. With `predict_experts` > 0 the next layer's router is applied to this layer's
+    `ffn_norm` output (as lookahead does) and the predicted slabs are read in the background
+    while this layer computes; when a layer's routing arrives, each routed slab is waited for if
+    in flight, read if missing, and the layer's slabs are held until the next layer routes. The
+    cache keeps at most `cache_budget_mb` of slabs (least recently used out: MADV_DONTNEED gives
+    the pages back and they read as zeros until read again), beyond the slabs of the layer being
+    computed. The bytes at a tensor's ends that share a page with its neighbours stay
+    file-backed and are served by the page cache."""
+
+    name = "odirect-cache"
+    read_path = "O_DIRECT"
+    weights_in_page_cache = False  # its slabs are anonymous memory
+
+    def __init__(self, model, cache_budget_mb: int = 900, io_depth: int = 4,
+                 predict_experts: int = 8, **options):
+        super().__init__(model, **options)
+        self.budget = int(cache_budget_mb) * 1024 * 1024
+        self.k = int(predict_experts)
+        self.dfd = os.open(model.path, os.O_RDONLY | os.O_DIRECT)
+        # the anonymous inside of each expert tensor: [start, end) file offsets, page-aligned
+        self.regions: list[tuple[int, int]] = []
+        for t in model.layout.data["tensors"]:
+            if not t["expert"]:
+                continue
+            start = -(-(model.base + t["offset"]) // PAGE) * PAGE - model.base
+            end = ((model.base + t["offset"] + t["bytes"]) // PAGE) * PAGE - model.base
+            if end > start:
+                mmap_fixed(model.base + start, end - start, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0, "odirect-cache")
+                self.regions.append((start, end))
+        self.regions.sort()
+        self.pool = ThreadPoolExecutor(max_workers=max(1, int(io_depth)),
+                                       thread_name_prefix="odirect")
+        self.loaded: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
+        self.loaded_bytes = 0
+        self.inflight: dict[tuple[int, int], object] = {}  # slab -> Future of its read
+        self.pinned: set[tuple[int, int]] = set()  # the slabs of the layer being computed
+        self.bytes_read_ahead = 0
+        if self.k > 0:
+            self.observes = b"ffn_norm-"
+            self.routers = read_routers(model)
+            self.norms = read_ffn_norms(model)
+
+    def _region(self, offset: int, nbytes: int) -> tuple[int, int] | None:
+        """The page-aligned part of a slab's pages inside its tensor's anonymous region."""
+        astart = (offset // PAGE) * PAGE
+        aend = -(-(offset + nbytes) // PAGE) * PAGE
+        for start, end in self.regions:
+            if start < aend and astart < end:
+                lo, hi = max(astart, start), min(aend, end)
+                return (lo, hi) if hi > lo else None
+        return None
+
+    def _read(self, key: tuple[int, int]) -> None:
+        """O_DIRECT read of a slab's pages straight into their place in the anonymous region."""
+        span = self._region(*key)
+        if span is None:
+            return
+        lo, hi = span
+        view = (ctypes.c_char * (hi - lo)).from_address(self.model.base + lo)
+        t0 = time.perf_counter()
+        got = os.preadv(self.dfd, [memoryview(view).cast("B")], lo)
+        if got != hi - lo:
+            raise OSError(f"odirect-cache: short O_DIRECT read at {lo}: {got} of {hi - lo} bytes")
+        with self.lock:
+            self.c.pread_s += time.perf_counter() - t0
+
+    def _drop(self, key: tuple[int, int]) -> None:
+        """Give back the pages wholly inside the slab (a neighbour's shared page is kept)."""
+        offset, nbytes = key
+        start = -(-(self.model.base + offset) // PAGE) * PAGE
+        end = ((self.model.base + offset + nbytes) // PAGE) * PAGE
+        if end > start and self._region(offset, nbytes) is not None:
+            check(_libc.madvise(start, end - start, MADV_DONTNEED), "madvise(DONTNEED)")
+        self.loaded_bytes -= nbytes
+
+    def _make_room(self, nbytes: int) -> bool:
+        """Evict least recently used slabs until nbytes fit the budget; False if they cannot."""
+        t0 = time.perf_counter()
+        for key in list(self.loaded):
+            if self.loaded_bytes + nbytes <= self.budget:
+                break
+            if key in self.pinned or key in self.inflight:
+                continue
+            del self.loaded[key]
+            self._drop(key)
+        self.c.other_s += time.perf_counter() - t0
+        return self.loaded_bytes + nbytes <= self.budget
+
+    def _start(self, key: tuple[int, int]) -> None:
+        self.loaded[key] = None
+        self.loaded_bytes += key[1]
+        self.inflight[key] = self.pool.submit(self._read, key)
+
+    def _wait(self, key: tuple[int, int]) -> None:
+        fut = self.inflight.pop(key, None)
+        if fut is not None:
+            t0 = time.perf_counter()
+            fut.result()  # a failed read raises here, before its layer computes
+            self.c.other_s += time.perf_counter() - t0
+
+    def on_route(self, layer, experts):
+        keys = [(s.offset, s.nbytes) for e in experts for s in self.layout.slabs(layer, e)]
+        self.pinned = set(keys)  # the previous layer's matmuls have run: its slabs may go
+        missing = []
+        for key in keys:
+            if key in self.loaded:
+                self.loaded.move_to_end(key)
+                self.c.cache_hits += 1
+                self.c.bytes_from_cache += key[1]
+            else:
+                self._make_room(key[1])  # over budget only by this layer's own slabs
+                self._start(key)
+                missing.append(key)
+                self.c.cache_misses += 1
+                self.c.bytes_read += key[1]
+        for key in keys:  # the misses were issued together: io_depth of them in flight
+            self._wait(key)
+
+    def on_hidden(self, layer, rows):
+        target = layer + 1
+        w = self.routers.get(target)
+        if w is None:
+            return
+        t0 = time.perf_counter()
+        predicted = predict_experts(rows, "ffn_norm", self.norms.get(layer), self.norms.get(target),
+                                    w, self.k)
+        self.c.other_s += time.perf_counter() - t0
+        for e in sorted(predicted):
+            for s in self.layout.slabs(target, e):
+                key = (s.offset, s.nbytes)
+                if key in self.loaded or not self._make_room(key[1]):
+                    continue
+                self._start(key)
+                self.bytes_read_ahead += key[1]
+
+    def drain(self):
+        for key in list(self.inflight):
+            self._wait(key)
+
+    def close(self):
+        self.drain()
+        self.pool.shutdown(wait=True)
+        os.close(self.dfd)
+
+
 READ_AHEAD_CALLS = ("madvise", "fadvise", "readahead")
 
 
@@ -431,43 +588,13 @@ class Lookahead(Mechanism):
         self.call = lookahead_call
         self.observes = f"{lookahead_source}-".encode()
         self.source = lookahead_source
-        self.routers = self._read_routers()
-        self.norms = self._read_ffn_norms()
+        self.routers = read_routers(model)
+        self.norms = read_ffn_norms(model)
         self.residency = Residency(model)
         self.token = 0
         self.predicted: dict[int, tuple[int, set[int]]] = {}  # layer -> (source layer, experts)
         self.rows: list[tuple] = []
         self.bytes_read_ahead = 0
-
-    def _read_routers(self) -> dict:
-        import numpy as np
-
-        routers = {}
-        lay = self.layout
-        for t in lay.data["tensors"]:
-            if not t["name"].endswith("ffn_gate_inp.weight"):
-                continue
-            layer = int(t["name"].split(".")[1])
-            dtype = {"F32": np.float32, "F16": np.float16}.get(t["type"])
-            if dtype is None:
-                raise ValueError(f"{t['name']}: lookahead reads F32 or F16 routers, not {t['type']}")
-            raw = os.pread(self.model.fd, t["bytes"], t["offset"])
-            n_embd, n_expert = t["shape"]
-            routers[layer] = np.frombuffer(raw, dtype=dtype).reshape(n_expert, n_embd).astype(np.float32)
-        if not routers:
-            raise ValueError("lookahead: the model has no ffn_gate_inp router tensors")
-        return routers
-
-    def _read_ffn_norms(self) -> dict:
-        """Each layer's ffn_norm weight (gamma): what its router's input is scaled by."""
-        import numpy as np
-
-        norms = {}
-        for t in self.layout.data["tensors"]:
-            if t["name"].endswith(".ffn_norm.weight") and t["type"] == "F32":
-                raw = os.pread(self.model.fd, t["bytes"], t["offset"])
-                norms[int(t["name"].split(".")[1])] = np.frombuffer(raw, dtype=np.float32).copy()
-        return norms
 
     def begin_decode(self, first_token, n_tokens):
         self.token = first_token if n_tokens == 1 else -1  # -1: the prompt batch
@@ -524,6 +651,38 @@ class Lookahead(Mechanism):
 
     def close(self):
         self.base.close()
+
+
+def read_routers(model: MappedModel) -> dict:
+    """Each MoE layer's router (ffn_gate_inp), read from the file: (n_expert, n_embd) float32."""
+    import numpy as np
+
+    routers = {}
+    for t in model.layout.data["tensors"]:
+        if not t["name"].endswith("ffn_gate_inp.weight"):
+            continue
+        layer = int(t["name"].split(".")[1])
+        dtype = {"F32": np.float32, "F16": np.float16}.get(t["type"])
+        if dtype is None:
+            raise ValueError(f"{t['name']}: prediction reads F32 or F16 routers, not {t['type']}")
+        raw = os.pread(model.fd, t["bytes"], t["offset"])
+        n_embd, n_expert = t["shape"]
+        routers[layer] = np.frombuffer(raw, dtype=dtype).reshape(n_expert, n_embd).astype(np.float32)
+    if not routers:
+        raise ValueError("the model has no ffn_gate_inp router tensors to predict with")
+    return routers
+
+
+def read_ffn_norms(model: MappedModel) -> dict:
+    """Each layer's ffn_norm weight (gamma): what its router's input is scaled by."""
+    import numpy as np
+
+    norms = {}
+    for t in model.layout.data["tensors"]:
+        if t["name"].endswith(".ffn_norm.weight") and t["type"] == "F32":
+            raw = os.pread(model.fd, t["bytes"], t["offset"])
+            norms[int(t["name"].split(".")[1])] = np.frombuffer(raw, dtype=np.float32).copy()
+    return norms
 
 
 RMS_EPS = 1e-6  # the residual's RMS is far above it: its exact value does not move a top-k

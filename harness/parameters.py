@@ -66,6 +66,15 @@ PARAMETERS: tuple[Parameter, ...] = (
               "on cgroup v1 outside the run's throttle) or `sync` (the run starts each layer's "
               "writeback itself with `sync_file_range`, so the writes share its throttled disk)",
               choices=("kernel", "sync"), mechanisms=("write-in-place",), cli=("--writeback",)),
+    Parameter("cache_budget_mb", int, 900, "odirect-cache: the slabs its anonymous memory may "
+              "hold beyond the layer being computed", unit="MB", minimum=0,
+              mechanisms=("odirect-cache",), cli=("--cache-budget-mb",)),
+    Parameter("io_depth", int, 4, "odirect-cache: O_DIRECT reads in flight at once (reader "
+              "threads)", minimum=1, maximum=64, mechanisms=("odirect-cache",),
+              cli=("--io-depth",)),
+    Parameter("predict_experts", int, 8, "odirect-cache: experts of the next layer predicted "
+              "from this layer's `ffn_norm` output and read in the background (0: none)",
+              minimum=0, mechanisms=("odirect-cache",), cli=("--predict-experts",)),
     Parameter("lookahead_base", str, "madvise",
               "lookahead: the mechanism that makes each layer's routed slabs resident",
               mechanisms=("lookahead",), cli=("--lookahead-base",)),

@@ -202,3 +202,17 @@ def test_finding10_pread_is_disk_gated_each_way():
     assert verdict("10", study(PM, mlock([0.05, 0.08, 0.06], 0.5))) == FAILS  # pread is CPU
     assert verdict("10", study(PM, mlock([0.05, 0.55, 0.3], 0.2))) == INCONCLUSIVE
     assert verdict("10", study(PM)) == INCONCLUSIVE  # no such runs
+
+
+def test_finding11_the_designed_mechanism_against_the_studys_best_each_way():
+    best = rows("pm-mlock", [1.0, 1.02, 0.98], mlock=True)
+    odc = "odirect-cache"
+    assert verdict("11", study(PM, best, rows("odc", [2.0, 2.05, 1.95], mechanism=odc))) == HOLDS
+    assert verdict("11", study(PM, best, rows("odc", [1.1, 1.12, 1.08], mechanism=odc))) == FAILS
+    # about 1.5x, within noise: neither above nor below the threshold
+    assert verdict("11", study(PM, best, rows("odc", [1.3, 1.7, 1.5], mechanism=odc))) == \
+        INCONCLUSIVE
+    assert verdict("11", study(PM, best)) == INCONCLUSIVE  # no odirect-cache runs
+    out = F("11").evaluate(study(PM, best, rows("odc", [2.0, 2.05, 1.95], mechanism=odc)))
+    assert set(out.tables["finding11_attribution"].run_id) == {"odc", "pm-mlock"}
+    assert out.tables["finding11_designed"].threshold.iloc[0] == 1.5

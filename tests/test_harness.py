@@ -143,7 +143,7 @@ def test_prefetching_mechanisms_make_routed_slabs_resident_and_none_does_not(col
     for name, (rec, tok) in cold_runs.items():
         assert rec["status"] == "ok", name
         first = tok.iloc[0]  # the prompt: nothing routed is resident after the eviction ...
-        if name == "lookahead":  # ... unless it was read ahead on a prediction
+        if name in ("lookahead", "odirect-cache"):  # ... unless it was read ahead on a prediction
             assert tok.bytes_missing.sum() < none_missing, name
         else:
             assert first.bytes_missing > 0.5 * first.bytes_routed, name
@@ -479,9 +479,9 @@ def test_hook_ab_switches_the_hook_off_for_every_other_token(manifest, tiny_mode
 
 def test_residency_method_follows_the_mapping(all_runs):
     """cachestat reads the file's page cache, right for a shared mapping of it; lru-odirect's
-    private copies are anonymous pages only mincore sees."""
+    private copies and odirect-cache's own memory are anonymous pages only mincore sees."""
     for name, (rec, _) in all_runs.items():
-        want = "mincore" if name == "lru-odirect" else "cachestat"
+        want = "cachestat" if REGISTRY[name].weights_in_page_cache else "mincore"
         assert rec["summary"]["hook_residency"] == want, name
         assert rec["summary"]["hook_residency_calls"] > 0, name
 
@@ -505,3 +505,44 @@ def test_write_in_place_writes_count_against_the_run_only_with_sync_writeback(ma
     assert s_tok.dirtied_bytes.sum() > 0 and k_tok.dirtied_bytes.sum() > 0
     assert s_tok.cgroup_write_bytes.sum() >= 0.5 * s_tok.dirtied_bytes.sum()
     assert k_tok.cgroup_write_bytes.sum() < 0.1 * k_tok.dirtied_bytes.sum()
+
+
+@pytest.fixture(scope="module")
+def odirect_runs(manifest, tiny_models, tmp_path_factory):
+    """odirect-cache cold, at budget 0 and at a budget that holds the whole tiny model, without
+    and with prediction."""
+    model = tiny_models["olmoe-tiny-Q4_K_M"]
+    out = {}
+    for label, kw in (("b0", {"cache_budget_mb": 0, "predict_experts": 0}),
+                      ("b900", {"cache_budget_mb": 900, "predict_experts": 0}),
+                      ("b900-predict", {"cache_budget_mb": 900, "predict_experts": 3})):
+        d = tmp_path_factory.mktemp("odirect-" + label)
+        rec = run(manifest, model, d, spec("odirect-cache", tokens=8, evict_after_load=True,
+                                           io_depth=4, **kw))
+        out[label] = (rec, pd.read_csv(d / "tokens.csv"))
+    return out
+
+
+def test_odirect_cache_keeps_nothing_at_budget_0_and_hits_when_it_may_keep(odirect_runs):
+    rec0, tok0 = odirect_runs["b0"]
+    rec9, tok9 = odirect_runs["b900"]
+    for rec in (rec0, rec9):
+        assert rec["status"] == "ok" and rec["summary"]["byte_accounting_ok"] is True
+    # budget 0: every routed slab is read again at every layer of every token
+    assert rec0["summary"]["cache_hits"] == 0
+    assert (tok0.bytes_read == tok0.bytes_routed).all()
+    # a budget that holds the model: an expert routed again is not read again
+    assert rec9["summary"]["cache_hits"] > 0
+    assert tok9.bytes_read.sum() < tok9.bytes_routed.sum()
+    assert tok9.bytes_read.iloc[0] == tok9.bytes_routed.iloc[0]  # the prompt starts cold
+    # memory follows the budget: what it keeps shows in the process's resident set
+    assert tok0.rss_bytes.max() <= tok9.rss_bytes.max()
+
+
+def test_odirect_cache_reads_the_predicted_slabs_ahead(odirect_runs):
+    rec, tok = odirect_runs["b900-predict"]
+    _, plain = odirect_runs["b900"]
+    assert rec["status"] == "ok" and rec["summary"]["byte_accounting_ok"] is True
+    assert rec["summary"]["bytes_read_ahead"] > 0
+    # slabs read ahead are hits when routed: fewer reads on the routing path than without
+    assert tok.bytes_read.sum() < plain.bytes_read.sum()
