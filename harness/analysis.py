@@ -418,11 +418,6 @@ def routing_heatmap(experts: pd.DataFrame, n_layer: int, n_expert: int) -> np.nd
 # --- throughput ---------------------------------------------------------------------------------
 
 
-def io_bound_estimate(bytes_per_token: float, io_mb_per_s: float, compute_s_per_token: float) -> float:
-    """The tok/s a configuration could reach: (bytes to read per token / I/O ceiling) + compute."""
-    return 1.0 / (bytes_per_token / (io_mb_per_s * 1e6) + compute_s_per_token)
-
-
 def time_breakdown(runs: pd.DataFrame, run_id: str) -> dict:
     ok = runs[(runs.run_id == run_id) & (runs.status == Status.OK.value)]
     wall = ok.wall_s_per_token.median()

@@ -73,11 +73,6 @@ def test_summarize_keeps_runs_that_never_completed():
     assert s.loc["dead", "statuses"] == "killed: memory"
 
 
-def test_io_bound_estimate():
-    # 150 MB per token at 150 MB/s, plus 0.5 s compute: 1.5 s per token
-    assert analysis.io_bound_estimate(150e6, 150.0, 0.5) == pytest.approx(1 / 1.5)
-
-
 def test_the_floor_reads_what_no_cache_of_that_size_could_keep_less_what_was_resident():
     # one layer, slabs of 10 bytes; tokens 0 (prompt) .. 3 route {0,1}, {0,2}, {0,1}, {0,2}
     rows = [(0, 0, 0, 0), (0, 0, 1, 1), (1, 0, 0, 0), (1, 0, 1, 2), (2, 0, 0, 0), (2, 0, 1, 1),
