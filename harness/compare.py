@@ -122,12 +122,23 @@ def configurations_table(trees: list[Tree], out_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def regime_verdicts(verdicts: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """(finding, claim, verdict) of a tree's verdicts table; in a study of several regimes each
+    regime has its own column, and a finding is then named `<finding> [<regime>]`."""
+    if "verdict" in verdicts:
+        return [(str(v.finding), v.claim, v.verdict) for v in verdicts.itertuples()]
+    regimes = [c for c in verdicts.columns
+               if c not in ("finding", "claim", "same_in_every_regime") and not c.startswith("why")]
+    return [(f"{v['finding']} [{r}]", v["claim"], v[r]) for r in regimes
+            for _, v in verdicts.iterrows()]
+
+
 def verdicts_table(trees: list[Tree], out_dir: Path) -> pd.DataFrame:
     claims: dict[str, dict] = {}
     for t in trees:
-        for _, v in t.tables["verdicts"].iterrows():
-            row = claims.setdefault(str(v.finding), {"finding": str(v.finding), "claim": v.claim})
-            row[t.name] = f"{v.verdict} ([why]({t.link('final/tables/verdicts.csv', out_dir)}))"
+        for finding, claim, verdict in regime_verdicts(t.tables["verdicts"]):
+            row = claims.setdefault(finding, {"finding": finding, "claim": claim})
+            row[t.name] = f"{verdict} ([why]({t.link('final/tables/verdicts.csv', out_dir)}))"
     return pd.DataFrame(list(claims.values()))
 
 

@@ -61,3 +61,17 @@ def test_a_tree_that_is_not_finished_is_refused_by_name(two_trees, tmp_path):
     (Path(two_trees["node-b"]) / "final" / "tables" / "verdicts.csv").unlink()
     with pytest.raises(CompareError, match="machine 'node-b'.*not a finished results tree"):
         compare(two_trees, tmp_path / "compare")
+
+
+def test_a_study_of_two_regimes_compares_each_regimes_verdict():
+    from harness.compare import regime_verdicts
+
+    two = pd.DataFrame({"finding": ["6", "8"], "claim": ["gap", "mechanism"],
+                        "seed-box": ["holds", "inconclusive"], "why (seed-box)": ["a", "b"],
+                        "disk-box": ["does not hold", "holds"], "why (disk-box)": ["c", "d"],
+                        "same_in_every_regime": [False, False]})
+    got = regime_verdicts(two)
+    assert ("6 [seed-box]", "gap", "holds") in got and ("8 [disk-box]", "mechanism", "holds") in got
+    assert len(got) == 4
+    one = pd.DataFrame({"finding": [6], "claim": ["gap"], "verdict": ["holds"], "why": ["a"]})
+    assert regime_verdicts(one) == [("6", "gap", "holds")]
