@@ -10,7 +10,7 @@ import pytest
 
 from harness.compare import CompareError, compare
 
-REF = Path(__file__).resolve().parents[1] / "reference" / "vm-2026-12-03" / "results"
+REF = Path(__file__).resolve().parents[1] / "reference" / "vm-2026-12-04" / "results"
 
 
 @pytest.fixture
@@ -26,12 +26,12 @@ def two_trees(tmp_path):
     m["hostname"] = "node-b"
     m.to_csv(t / "machine.csv", index=False)
     s = pd.read_csv(t / "summary.csv")
-    s = s[s.run_id != "madvise"]
-    s.loc[s.run_id == "populate", ["tok_per_s_median", "tok_per_s_min", "tok_per_s_max"]] = \
-        [0.5, 0.4, 0.6]
+    s = s[s.run_id != "madvise@seed-box"]
+    s.loc[s.run_id == "threadpool@seed-box", ["tok_per_s_median", "tok_per_s_min",
+                                              "tok_per_s_max"]] = [0.5, 0.4, 0.6]
     s.to_csv(t / "summary.csv", index=False)
     v = pd.read_csv(t / "verdicts.csv")
-    v.loc[v.finding.astype(str) == "6", "verdict"] = "holds"
+    v.loc[v.finding.astype(str) == "6", "seed-box"] = "holds"  # a study of two regimes
     v.to_csv(t / "verdicts.csv", index=False)
     return {"vm": str(a), "node-b": str(b)}
 
@@ -41,19 +41,22 @@ def test_two_machines_side_by_side_every_number_linked(two_trees, tmp_path):
     tables = compare(two_trees, out)
     md = (out / "COMPARE.md").read_text()
     conf = tables["configurations"].set_index("run_id")
-    assert conf.loc["populate", "node-b tok/s"].startswith("0.5 (0.4-0.6, n=3)")
-    assert not conf.loc["populate", "vm tok/s"].startswith("0.5 ")
-    assert conf.loc["madvise", "node-b tok/s"] == "not run" and "n=3" in conf.loc["madvise", "vm tok/s"]
+    assert conf.loc["threadpool@seed-box", "node-b tok/s"].startswith("0.5 (0.4-0.6, n=2)")
+    assert not conf.loc["threadpool@seed-box", "vm tok/s"].startswith("0.5 ")
+    assert conf.loc["madvise@seed-box", "node-b tok/s"] == "not run"
+    assert "n=2" in conf.loc["madvise@seed-box", "vm tok/s"]
     assert tables["machines"].set_index("fact").loc["hostname"].tolist() == ["vm", "node-b"]
     verdicts = tables["verdicts"].set_index("finding")
-    assert verdicts.loc["6", "node-b"].startswith("holds")
-    assert verdicts.loc["6", "vm"].startswith("does not hold")
+    assert verdicts.loc["6 [seed-box]", "node-b"].startswith("holds")
+    assert verdicts.loc["6 [seed-box]", "vm"].startswith("inconclusive")
+    assert verdicts.loc["6 [disk-box]", "node-b"].startswith("inconclusive")
     # every link in the comparison resolves to a file of the tree it names
     links = re.findall(r"\]\(([^)]+)\)", md)
     assert len(links) > 50
     for link in links:
         assert (out / link).exists(), link
-    assert any("/b/results/runs/populate/rep1/run.json" in str((out / x).resolve()) for x in links)
+    assert any("/b/results/runs/threadpool@seed-box/rep1/run.json" in str((out / x).resolve())
+               for x in links)
     assert (out / "configurations.csv").exists() and "Synthetic models" in md
 
 
