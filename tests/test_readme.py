@@ -77,7 +77,7 @@ def test_every_readme_command_runs_as_written(workdir, ran):
 
 
 def _report_data(html: str, var: str):
-    m = re.search(rf"var {var} = (.*?);\n", html, re.S)
+    m = re.search(rf'<script id="{var}">\s*var {var} = (.*?);\s*</script>', html, re.S)
     assert m, f"report.html has no {var}"
     return json.loads(m.group(1))
 
