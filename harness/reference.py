@@ -1,6 +1,6 @@
 """Copy one finished main-job run's outputs into a folder of the repository, as they are: RESULTS.md,
 runs.csv, tables, plots, the ceilings and baselines, the models' metadata and layouts, and every
-per-run record the tables cite. No model files. Nothing is edited: RESULTS.md's links and
+per-run record the tables cite, and the rules' logs. No model files. Nothing is edited: RESULTS.md's links and
 runs.csv's record paths resolve inside the copy as they did in the run.
 
     python -m harness.reference <the run's project dir> reference/<machine>-<date> [time.log]
@@ -43,6 +43,9 @@ def export(run_root: Path, dest: Path) -> list[Path]:
             if (rec.parent / name).exists():
                 shutil.copy2(rec.parent / name, d / name)
                 copied.append(d / name)
+    # the rules' logs: the run counter with the time left, the calibrations' steps
+    if (Path(run_root) / "logs").is_dir():
+        shutil.copytree(Path(run_root) / "logs", dest / "logs")
     for cfg in ("config/experiments.yaml",):
         (dest / "config").mkdir(exist_ok=True)
         shutil.copy2(Path(run_root) / cfg, dest / cfg)
