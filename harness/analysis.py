@@ -39,6 +39,7 @@ def run_row(record_path: Path) -> dict:
         "mlock_non_expert": spec.mlock_non_expert, "log_experts": spec.log_experts,
         "threads": spec.threads, "tokens": spec.tokens, "lru_budget_mb": spec.lru_budget_mb,
         "prefetch_threads": spec.prefetch_threads, "profile": spec.profile,
+        "omp_wait_policy": spec.omp_wait_policy,
         "status": rec.status, "tokens_completed": rec.tokens_completed,
         "tok_per_s": n / decode_s if n and decode_s > 0 else float("nan"),
         # the run's figure: the first generated token excluded (it is first_token_s)
@@ -381,6 +382,37 @@ def kernel_cpu_per_byte(runs: pd.DataFrame) -> pd.Series:
               & (runs.cgroup_read_bytes_per_token > 1e6)]
     cost = ok.kernel_share / ok.steady_tok_per_s / ok.cgroup_read_bytes_per_token
     return cost.groupby(ok.mechanism.map(read_path)).min()
+
+
+def io_patterns(io: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The I/O ceiling's sequential and random-read samples (harness.ceilings); a table from
+    before the random reads were measured holds sequential ones only."""
+    if "pattern" not in io:
+        return io, io.iloc[0:0]
+    return io[io.pattern == "sequential"], io[io.pattern == "random"]
+
+
+def read_path_io_ceilings(io: pd.DataFrame, read_bps: float | None = None) -> dict[str, float]:
+    """Per read path (harness.mechanisms.read_path), bytes/s: the fastest any I/O ceiling sample
+    of the path's kind ran. O_DIRECT: its sequential and random samples; buffered reads: the
+    random buffered ones; faults (the page cache's read-ahead, neither kind): every sample. The
+    fastest, because a floor may not assume a read slower than one measured. A kind with no
+    samples gets the profile's read throttle, else the fastest sample of any kind."""
+    sequential, random = io_patterns(io)
+    rates = pd.to_numeric(io.mb_per_s, errors="coerce") * 1e6
+    fastest = float(rates.max()) if rates.notna().any() else float("nan")
+    fallback = float(read_bps) if read_bps else fastest
+
+    def best(rows):
+        r = pd.to_numeric(rows.mb_per_s, errors="coerce") * 1e6 if len(rows) else rows
+        return float(r.max()) if len(rows) and r.notna().any() else fallback
+
+    direct = pd.concat([sequential, random[random.access == "O_DIRECT"]] if len(random)
+                       else [sequential])
+    return {"O_DIRECT": best(direct),
+            "buffered read": best(random[random.access == "buffered read"] if len(random)
+                                  else random),
+            "fault": fastest if fastest == fastest else fallback}
 
 
 def floor_bound(floor_bytes: float, io_bytes_per_s: float, compute_s: float,

@@ -137,9 +137,9 @@ def write_findings(inputs, outputs, config: dict) -> None:
             w.prefix = f"{name}/"
             w.text(f"# Regime: {name}\n")
             w.text(f"{config['profiles'][name].get('description', '')}\n")
-        io_med, comp_t, moe_ceiling = _ceilings(w, sub, sub_inputs)
+        io_med, io_by_path, comp_t, moe_ceiling = _ceilings(w, sub, sub_inputs)
         summ = _configurations(w, sub, sub_inputs)
-        _distance_section(w, summ, sub.all_runs, sub.layouts, sub.limits, io_med, moe_ceiling)
+        _distance_section(w, summ, sub.all_runs, sub.layouts, io_by_path, moe_ceiling, sub.limits)
         verdicts_by[name] = _findings(w, sub, io_med, comp_t, moe_ceiling)
         _breakdown(w, sub.runs, summ)
     w.prefix = ""
@@ -256,10 +256,24 @@ def _ceilings(w: Writer, d: Loaded, inputs):
     io = pd.read_csv(inputs.io)
     compute = json.loads(Path(inputs.compute).read_text())
     w.text("## Ceilings\n")
-    w.text("I/O: O_DIRECT sequential reads of the models' filesystem inside the profile's limits.\n")
-    io_t = w.table("io_ceiling", io[["sample", "offset_bytes", "bytes", "mb_per_s", "read_bps_limit"]],
-                   "io_ceiling")
+    sequential, random = analysis.io_patterns(io)
+    w.text("I/O: O_DIRECT sequential reads of the models' filesystem inside the profile's limits, "
+           "with the CPU they cost (user and kernel, ms per MB read).\n")
+    io_t = w.table("io_ceiling", sequential[[c for c in (
+        "sample", "offset_bytes", "bytes", "mb_per_s", "cpu_ms_per_mb", "read_bps_limit")
+        if c in sequential]], "io_ceiling")
     io_med = float(io_t.mb_per_s.median())
+    if len(random):
+        w.text("Reads as the mechanisms issue them: one expert slab of the MoE model at a time "
+               "(`block_bytes`), at random slab-aligned offsets of a file evicted from the page "
+               "cache, buffered and O_DIRECT, with `queue_depth` reads in flight (one thread "
+               "each), inside the same limits; `cpu_ms_per_mb`: user and kernel CPU per MB read. "
+               "The floor of a configuration reads at the fastest rate its read path reached "
+               "here (O_DIRECT: the sequential samples too; faults: any sample).\n")
+        w.table("io_random_reads", random[["sample", "access", "queue_depth", "block_bytes",
+                                           "bytes", "mb_per_s", "cpu_ms_per_mb", "read_bps_limit",
+                                           "cpu_quota"]], "io_ceiling")
+    io_by_path = analysis.read_path_io_ceilings(io, d.limits.get("read_bps"))
     moe_row = "MoE fully cached, no RAM budget, --repack 0 (the harness's kernels)"
     comp = pd.DataFrame([
         {"measurement": "dense cold", "model": compute["dense_model"],
@@ -283,7 +297,7 @@ def _ceilings(w: Writer, d: Loaded, inputs):
     moe_ceiling = {str(k): float(v) for k, v in moe.items() if v == v}
     _quota_section(w, inputs, comp_t)
 
-    return io_med, comp_t, moe_ceiling
+    return io_med, io_by_path, comp_t, moe_ceiling
 
 
 def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
@@ -552,19 +566,21 @@ def _ceiling(comp_t: pd.DataFrame, measurement: str) -> float:
     return float(rows.iloc[0]) if len(rows) else float("nan")
 
 
-def _distance_section(w: Writer, summ, runs, layouts, limits, io_mb_s, moe_ceiling: dict) -> None:
+def _distance_section(w: Writer, summ, runs, layouts, io_by_path: dict[str, float],
+                      moe_ceiling: dict, limits: dict) -> None:
     """Every configuration beside its floor: the fastest any run of it could be on this box."""
     w.text("## Distance to the limit\n")
     budget = limits.get("ram_bytes")
-    read_bps = limits.get("read_bps")
-    io_bps = float(read_bps) if read_bps else io_mb_s * 1e6
     quota = limits.get("cpu_quota")
     per_byte = analysis.kernel_cpu_per_byte(runs)
     w.text("The floor of each configuration, per token: the *bytes* any run must read from its "
            "first decode on (Belady's optimal cache of the whole RAM budget, "
            f"{budget} bytes, on the run's own routing trace, started empty, less every byte of "
-           "the model resident when decoding began, as each repeat measured it), read at "
-           f"{sig(io_bps / 1e6)} MB/s (the profile's read throttle, else the I/O ceiling); the "
+           "the model resident when decoding began, as each repeat measured it), read at the "
+           "fastest rate the I/O ceiling measured for the configuration's read path "
+           f"(`io_mb_per_s`: O_DIRECT {sig(io_by_path['O_DIRECT'] / 1e6)}, buffered read "
+           f"{sig(io_by_path['buffered read'] / 1e6)}, fault {sig(io_by_path['fault'] / 1e6)} "
+           "MB/s); the "
            "*CPU*: the model's fully cached compute ceiling under this regime's quota plus the "
            "kernel CPU those bytes cost at the cheapest rate any run of the same read path paid "
            "(`kernel_us_per_mb`), over the CPUs the run may use. With perfect overlap the larger "
@@ -584,6 +600,7 @@ def _distance_section(w: Writer, summ, runs, layouts, limits, io_mb_s, moe_ceili
         slab = {int(k): v for k, v in lay["slab_bytes_per_layer"].items()}
         path = mechanisms.read_path(s.mechanism)
         cost = float(per_byte.get(path, float("nan")))
+        io_bps = io_by_path.get(path, io_by_path["fault"])
         ceiling = moe_ceiling.get(s.model)
         compute_s = 1.0 / ceiling if ceiling else float("nan")
         cpus = min(float(quota), float(mine.threads.iloc[0])) if quota else float(mine.threads.iloc[0])
@@ -602,6 +619,7 @@ def _distance_section(w: Writer, summ, runs, layouts, limits, io_mb_s, moe_ceili
         errors.append(pr[pr.bound_error])
         steady = mine.steady_tok_per_s.median()  # the findings' figure: the first token out
         row = {"run_id": s.run_id, "steady_tok_per_s_median": steady, "read_path": path,
+               "io_mb_per_s": io_bps / 1e6,
                "decode_read_bytes_per_token": pr.decode_read_bytes_per_token.median(),
                "floor_bytes_per_token": pr.floor_bytes_per_token.median(),
                "kernel_us_per_mb": cost * 1e12, "compute_s": compute_s,

@@ -101,6 +101,23 @@ def test_the_floor_bound_is_the_larger_part_with_overlap_and_their_sum_without()
     assert b["floor_perfect_overlap_tok_per_s"] == pytest.approx(1 / 3.5)
 
 
+def test_each_read_path_reads_at_the_fastest_rate_its_own_kind_reached():
+    io = pd.DataFrame({"pattern": ["sequential", "random", "random", "random", "random"],
+                       "access": ["O_DIRECT", "buffered read", "buffered read", "O_DIRECT",
+                                  "O_DIRECT"],
+                       "mb_per_s": [140.0, 90.0, 120.0, 150.0, 130.0]})
+    got = analysis.read_path_io_ceilings(io, read_bps=150e6)
+    assert got == {"O_DIRECT": 150e6, "buffered read": 120e6, "fault": 150e6}
+    # a table from before the random reads: the sequential samples serve every path but
+    # buffered reads, which get the throttle (or, unthrottled, the fastest sample)
+    old = pd.DataFrame({"sample": [0, 1], "mb_per_s": [140.0, 145.0]})
+    assert analysis.read_path_io_ceilings(old, read_bps=150e6) == {
+        "O_DIRECT": 145e6, "buffered read": 150e6, "fault": 145e6}
+    assert analysis.read_path_io_ceilings(old)["buffered read"] == 145e6
+    seq, rnd = analysis.io_patterns(io)
+    assert len(seq) == 1 and len(rnd) == 4
+
+
 def test_a_run_that_beats_its_floor_is_a_bound_error_and_one_that_does_not_is_not():
     t = pd.DataFrame({"steady_tok_per_s": [0.9, 1.1, 0.5, 0.5],
                       "floor_perfect_overlap_tok_per_s": [1.0, 1.0, 1.0, 1.0],

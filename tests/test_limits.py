@@ -30,6 +30,49 @@ def test_odirect_read_is_held_to_the_throttle(tmp_path):
     assert abs(mbps * 1e6 - limit) / limit < 0.15, samples
 
 
+def test_random_offsets_are_aligned_distinct_and_cover_the_request():
+    offs = ceilings.random_offsets(100 * 8192, 8192, 20 * 8192 + 1, seed=3)
+    assert len(offs) == 21 and len(set(offs)) == 21  # rounded up, never the same slab twice
+    assert all(o % 8192 == 0 and 0 <= o <= 99 * 8192 for o in offs)
+    assert offs != sorted(offs)  # random, not sequential
+    assert len(ceilings.random_offsets(10 * 8192, 8192, 1 << 30, seed=0)) == 10  # the whole file
+
+
+def test_random_reads_are_held_to_the_throttle_and_buffered_ones_cost_more_cpu(tmp_path):
+    test = tmp_path / "io.bin"
+    ceilings.make_test_file(test, 96 << 20)
+    os.sync()
+    limit = 100_000_000
+    got = {}
+    for access in (ceilings.BUFFERED, ceilings.ODIRECT):
+        pagecache.evict(test)
+        with RunCgroup(Limits(read_bps=limit, device_path=str(tmp_path))) as cg:
+            res = subprocess.run([sys.executable, "-m", "harness.ceilings", "random", str(test),
+                                  access, "4", str(1 << 20), str(32 << 20), "1"],
+                                 capture_output=True, text=True, preexec_fn=cg.enter)
+        assert res.returncode == 0, res.stderr
+        got[access] = json.loads(res.stdout)
+        assert got[access]["bytes"] == 32 << 20
+    # the throttle holds both kinds (read-ahead may add bytes to a buffered read, never speed)
+    assert got[ceilings.ODIRECT]["mb_per_s"] * 1e6 < limit * 1.15, got
+    assert got[ceilings.BUFFERED]["mb_per_s"] * 1e6 < limit * 1.15, got
+    assert got[ceilings.ODIRECT]["mb_per_s"] * 1e6 > limit * 0.5, got
+    # a buffered read copies every byte through the page cache; O_DIRECT has the device write it
+    assert got[ceilings.BUFFERED]["cpu_s"] > got[ceilings.ODIRECT]["cpu_s"], got
+
+
+def test_the_io_ceiling_measures_each_access_at_each_queue_depth(tmp_path):
+    rows = ceilings.io_ceiling(tmp_path, [8], Limits(device_path=str(tmp_path)),
+                               slab_bytes=300_000, random_mib=4, queue_depths=(1, 4))
+    assert [(r["pattern"], r["access"], r["queue_depth"]) for r in rows] == [
+        ("sequential", "O_DIRECT", 1),
+        ("random", "buffered read", 1), ("random", "buffered read", 4),
+        ("random", "O_DIRECT", 1), ("random", "O_DIRECT", 4)]
+    assert all(r["block_bytes"] == 303_104 for r in rows[1:])  # a slab rounded up to whole pages
+    assert all(r["mb_per_s"] > 0 and r["cpu_s"] >= 0 for r in rows)
+    assert not list(tmp_path.glob(".io-*"))
+
+
 def test_mapping_more_than_the_budget_never_holds_more(tmp_path):
     big = tmp_path / "big.bin"
     ceilings.make_test_file(big, 192 << 20)

@@ -28,6 +28,8 @@ rule cpu_quota:
 rule io_ceiling:
     input:
         models=expand("results/models/{model}.json", model=LAYOUT_MODELS),
+        # the random reads are one expert slab of the MoE model each
+        moe_layout=f"results/models/{config['ceilings']['moe_model']}.layout.json",
         quota=CPU_QUOTA,
     output:
         report(
@@ -38,6 +40,8 @@ rule io_ceiling:
         ),
     params:
         samples=config["ceilings"]["io_samples_mib"],
+        random_mib=config["ceilings"]["random_read_mib"],
+        queue_depths=config["ceilings"]["random_queue_depths"],
         config=profile_params,
     log:
         "logs/io_ceiling/{profile}.log",
