@@ -29,7 +29,6 @@ io_ticks, which counts foreign I/O too) and the bytes it read.
 from __future__ import annotations
 
 import contextlib
-import os
 import resource
 import time
 from dataclasses import dataclass, fields
@@ -210,9 +209,10 @@ def parts(a: Snapshot, b: Snapshot, wall: float) -> dict:
         "identity_ok": ok}
 
 
-def sources(files: CounterFiles) -> dict:
+def sources(files: CounterFiles, worker_env: dict) -> dict:
     """Which sources this kernel fills, read once per run into its record: a part whose source is
-    missing is -1 in the rows, and this says why."""
+    missing is -1 in the rows, and this says why; and the OpenMP wait policy the worker's
+    environment set (None: libgomp's default), which decides what idle threads cost."""
     clock = TokenClock(files)
     snap = clock.read()
     return {
@@ -221,7 +221,7 @@ def sources(files: CounterFiles) -> dict:
         "task_delayacct": read_value(Path("/proc/sys/kernel/task_delayacct")),
         "cgroup_cpu": snap.cg_user_s >= 0, "cpu_stat_throttle": snap.throttled_s >= 0,
         "psi": snap.io_some_s >= 0, "disk_stat": snap.disk_busy_s >= 0,
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "omp_wait_policy": worker_env.get("OMP_WAIT_POLICY"),
     }
 
 

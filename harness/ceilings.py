@@ -26,8 +26,9 @@ from pathlib import Path
 from harness import libc, measurelock, pagecache
 from harness.contract import Status
 from harness.limits import Limits, RunCgroup
+from harness.parameters import BY_NAME
 from harness.supervise import utcnow
-from harness.util import left_by_dead_process, owner_tag
+from harness.util import left_by_dead_process, owner_tag, with_wait_policy
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +257,10 @@ def expert_slab_bytes(layout: dict) -> int:
     return int(statistics.median(sizes)) if sizes else 0
 
 
+# llama-bench's OpenMP threads wait as a run's do by default (harness.parameters)
+WAIT_POLICY = BY_NAME["omp_wait_policy"].default
+
+
 def llama_bench(bench: str, model: str, threads: int, tokens: int, load_mode: str, limits: Limits,
                 lib_dir: str, log_file, extra_args: tuple[str, ...] = ()) -> dict:
     argv = [bench, "-m", model, "-p", "0", "-n", str(tokens), "-r", "1", "--no-warmup", "-t",
@@ -263,12 +268,12 @@ def llama_bench(bench: str, model: str, threads: int, tokens: int, load_mode: st
     out_path = Path(log_file.name).with_suffix(".bench.json")
     start = utcnow()
     with open(out_path, "w") as out:
-        rc, in_force = in_cgroup(limits, argv, env=dict(os.environ, LD_LIBRARY_PATH=lib_dir),
-                                 stdout=out, stderr=log_file)
+        rc, in_force = in_cgroup(limits, argv, env=with_wait_policy(
+            dict(os.environ, LD_LIBRARY_PATH=lib_dir), WAIT_POLICY), stdout=out, stderr=log_file)
     text = out_path.read_text()
     out_path.unlink()
     rec = {"model": model, "load_mode": " ".join([load_mode, *extra_args]), "threads": threads,
-           "tokens": tokens,
+           "tokens": tokens, "omp_wait_policy": WAIT_POLICY,
            "start_utc": start, "end_utc": utcnow(), "exit_code": rc, "limits_in_force": in_force,
            "argv": argv}
     if rc == 0:

@@ -53,6 +53,12 @@ PARAMETERS: tuple[Parameter, ...] = (
               "entries", minimum=1, sweepable=False),
     Parameter("time_limit_s", float, 1800, "per-run wall limit; a run past it is recorded as "
               "`killed: time`", unit="s", minimum=0, sweepable=False, cli=("--time-limit",)),
+    Parameter("omp_wait_policy", str, "default",
+              "how llama.cpp's idle OpenMP threads wait at a barrier: `default` (libgomp's own: "
+              "spin a while, then sleep), `passive` (sleep at once) or `active` (spin); the "
+              "worker's `OMP_WAIT_POLICY`. Under a CPU quota a spinning thread spends the quota "
+              "the kernel's reads need", choices=("default", "passive", "active"),
+              cli=("--omp-wait-policy",)),
     Parameter("evict_after_load", bool, False,
               "page the expert tensors out after the load (`MADV_PAGEOUT`, `FADV_DONTNEED`) so "
               "decoding starts with no expert cached; off = what llama.cpp's populating load "

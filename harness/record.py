@@ -118,6 +118,7 @@ class Spec:
     prefetch_threads: int = _param("prefetch_threads")
     time_limit_s: float = _param("time_limit_s")
     evict_after_load: bool = _param("evict_after_load")
+    omp_wait_policy: str = _param("omp_wait_policy")
     lookahead_base: str = _param("lookahead_base")
     lookahead_experts: int = _param("lookahead_experts")
     lookahead_layers: int = _param("lookahead_layers")

@@ -29,7 +29,8 @@ from harness.contract import Status, WorkerParams
 from harness.limits import Limits, RunCgroup
 from harness.machine import machine_info
 from harness.mechanisms import REGISTRY, writes_model
-from harness.util import atomic_path, atomic_write_json, left_by_dead_process, owner_tag, sha256_file
+from harness.util import (atomic_path, atomic_write_json, left_by_dead_process, owner_tag, sha256_file,
+                          with_wait_policy)
 from harness.model_file import check_header
 
 log = logging.getLogger(__name__)
@@ -164,11 +165,13 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
             ).write(work / "params.json")
             record.update(start_utc=utcnow(), residency_before=res_before,
                           residency_at_start=res_after_evict, scratch_copy=scratch is not None)
-            record.update(_measure(work, cg, lib_dir, time_limit_s, watch_pid))
+            record.update(_measure(work, cg, lib_dir, time_limit_s, watch_pid,
+                                      wait_policy=spec["omp_wait_policy"]))
             record["residency_after"] = pagecache.residency(run_model)
             record.update(_collect(work, out, spec))
             record.update(_provenance(limits, time_limit_s, cg, model_info, build, model_stat))
-            record["attribution_sources"] = attribution.sources(cg.counter_files())
+            record["attribution_sources"] = attribution.sources(
+                cg.counter_files(), with_wait_policy(os.environ, spec["omp_wait_policy"]))
             return _finish(record, out, work, model_path)
         except BaseException as exc:
             if not isinstance(exc, RunFailed):
@@ -233,9 +236,10 @@ def _worker_preexec(cg: RunCgroup):
     return preexec
 
 
-def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, watch_pid=None) -> dict:
+def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, watch_pid=None,
+             wait_policy: str = "default") -> dict:
     """The measured process in the run's cgroup, and what the kernel did beside it."""
-    env = dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir)
+    env = with_wait_policy(dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir), wait_policy)
     box = BoxRecord(cg.in_force.get("device")).begin()
     t0 = time.monotonic()
     with open(work / "worker.log", "w") as wlog:

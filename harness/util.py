@@ -79,3 +79,14 @@ def left_by_dead_process(paths) -> list[Path]:
 
 def _is_hex(s: str) -> bool:
     return all(c in "0123456789abcdef" for c in s)
+
+
+def with_wait_policy(env: dict, policy: str) -> dict:
+    """The environment of a process that runs llama.cpp's OpenMP threads: OMP_WAIT_POLICY set to
+    `policy` (harness.parameters' omp_wait_policy), or absent for libgomp's own default, whatever
+    the caller's shell set. libgomp reads it once, when it is loaded."""
+    env = dict(env)
+    env.pop("OMP_WAIT_POLICY", None)
+    if policy != "default":
+        env["OMP_WAIT_POLICY"] = policy.upper()
+    return env

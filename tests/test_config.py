@@ -24,9 +24,9 @@ def test_shipped_configs_are_valid_and_expand_readably():
     for regime in ("seed-box", "disk-box"):  # every experiment in both regimes
         assert f"lru-1200@{regime}" in ids and f"lru--lru-budget-mb-900@{regime}" in ids
         assert f"baseline-q2@{regime}" in ids and f"lookahead@{regime}" in ids
-        assert f"odirect-cache@{regime}" in ids
-    assert len(ids) == len(set(ids)) == 30
-    assert sum(r.repeats for r in runs) == 64
+        assert f"odirect-cache@{regime}" in ids and f"pread-madvise-mlock-passive@{regime}" in ids
+    assert len(ids) == len(set(ids)) == 32
+    assert sum(r.repeats for r in runs) == 68
     assert validate_config(yaml.safe_load((ROOT / ".test/config/experiments.yaml").read_text()))
 
 
@@ -37,7 +37,7 @@ def test_the_extended_config_adds_to_the_default():
     update_config(c, yaml.safe_load((ROOT / "config/extended.yaml").read_text()))
     ids = {r.run_id for r in validate_config(c)}
     assert {"populate@seed-box", "routing-trace@disk-box", "lookahead@seed-box"} <= ids
-    assert len(ids) == 42
+    assert len(ids) == 44
 
 
 def test_list_values_expand_to_every_combination():

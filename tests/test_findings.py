@@ -216,3 +216,25 @@ def test_finding11_the_designed_mechanism_against_the_studys_best_each_way():
     out = F("11").evaluate(study(PM, best, rows("odc", [2.0, 2.05, 1.95], mechanism=odc)))
     assert set(out.tables["finding11_attribution"].run_id) == {"odc", "pm-mlock"}
     assert out.tables["finding11_designed"].threshold.iloc[0] == 1.5
+
+
+def test_finding12_passive_waiting_against_the_default_each_way():
+    def mlock(run_id, tok, policy):
+        return rows(run_id, tok, mlock=True, omp_wait_policy=policy)
+
+    base = mlock("pm-mlock", [1.0, 1.02, 0.98], "default")
+    pm = rows("pm", [1.0, 1.05, 1.1], omp_wait_policy="default")
+    assert verdict("12", study(pm, base, mlock("passive", [1.3, 1.32, 1.28], "passive"))) == HOLDS
+    assert verdict("12", study(pm, base, mlock("passive", [0.9, 0.92, 0.88], "passive"))) == FAILS
+    assert verdict("12", study(pm, base, mlock("passive", [0.9, 1.3, 1.1], "passive"))) == \
+        INCONCLUSIVE
+    assert verdict("12", study(pm, base)) == INCONCLUSIVE  # no other policy
+    # spinning alone is shown, not judged: the claim is passive waiting's
+    out = F("12").evaluate(study(pm, base, mlock("spin", [0.5, 0.52, 0.48], "active")))
+    assert out.verdict.verdict == INCONCLUSIVE
+    assert list(out.tables["finding12_wait_policy"].verdict) == [FAILS]
+    # no other finding sees a configuration that only changes the wait policy: taken for the
+    # study's best, these passive runs would make finding 11 fail
+    odc = rows("odc", [2.0, 2.05, 1.95], mechanism="odirect-cache", omp_wait_policy="default")
+    fast = mlock("passive", [3.0, 3.1, 2.9], "passive")
+    assert verdict("11", study(pm, base, odc, fast)) == HOLDS

@@ -1,6 +1,7 @@
 """Every mechanism on a tiny model, through the real supervisor, worker and llama.cpp build."""
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -366,15 +367,29 @@ def test_cli_runs_one_configuration_by_hand(manifest, tiny_models, tmp_path):
     model = tmp_path / "m.gguf"
     model.write_bytes(open(tiny_models["olmoe-tiny-Q2_K"]["gguf"], "rb").read())
     res = subprocess.run([sys.executable, "-m", "harness", "-m", str(model), "--mechanism", "populate",
-                          "-n", "6", "-q", "--manifest", str(mpath), "-o", str(tmp_path / "out")],
-                         capture_output=True, text=True)
+                          "-n", "6", "-q", "--manifest", str(mpath), "-o", str(tmp_path / "out"),
+                          "--omp-wait-policy", "passive"],
+                         capture_output=True, text=True,
+                         env=dict(os.environ, OMP_WAIT_POLICY="ACTIVE"))  # the shell's is overridden
     assert res.returncode == 0, res.stderr[-2000:]
     rec = json.loads(res.stdout)
     assert rec["status"] == "ok" and rec["tokens_completed"] == 6
+    # the worker's OpenMP threads waited as asked, and the record says so
+    assert rec["spec"]["omp_wait_policy"] == "passive"
+    assert rec["attribution_sources"]["omp_wait_policy"] == "PASSIVE"
     assert rec["summary"]["byte_accounting_ok"] is True
     assert (tmp_path / "m.layout.json").exists()
     # logging off: no activation rows, only the header
     assert open(tmp_path / "out" / "experts.csv").read().count("\n") == 1
+
+
+def test_the_wait_policy_reaches_the_environment_or_leaves_libgomps_default():
+    from harness.util import with_wait_policy
+
+    shell = {"OMP_WAIT_POLICY": "ACTIVE", "PATH": "/bin"}
+    assert with_wait_policy(shell, "passive") == {"OMP_WAIT_POLICY": "PASSIVE", "PATH": "/bin"}
+    assert with_wait_policy(shell, "default") == {"PATH": "/bin"}
+    assert shell["OMP_WAIT_POLICY"] == "ACTIVE"  # the caller's dict is not changed
 
 
 PROBE = '''
