@@ -1,7 +1,7 @@
 """Benchmark (not a test): what the routing hook costs a fully cached token.
 
 The same worker on the full-size model, everything cached, no limits (or the profile's CPU quota
-with --quota), with the hook off (no eval callback: the bare decode), native (harness/hook.c
+with --quota), with the hook off (no eval callback: the bare decode), native (harness/build/hook.c
 answers the scheduler, only routing nodes reach Python) and python (every node asks Python),
 beside llama-bench --repack 0 (the same kernels), interleaved, several rounds. Reports tok/s per
 measurement, the hook's cost per token in milliseconds (on - off), median and range over the
@@ -32,11 +32,13 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd
 
-from harness import build, pagecache, supervise
-from harness.ceilings import llama_bench
+from harness.build import llama
+from harness.box import pagecache
+from harness.run import supervise
+from harness.box.ceilings import llama_bench
 from harness.config import adhoc_spec, cpu_quota_of, study_profiles
-from harness.limits import Limits
-from harness.machine import machine_info
+from harness.box.limits import Limits
+from harness.box.identity import machine_info
 
 MODES = ("off", "native", "python")
 
@@ -96,7 +98,7 @@ def main():
     limits = Limits(cpu_quota=quota, device_path=str(model))
     manifest = json.loads((ROOT / "results/build/llama.json").read_text())
     # the hook of this checkout, not the one the last pipeline build recorded
-    manifest["hook_lib"] = str(build.build_hook(Path(manifest["lib_dir"]).parents[2]))
+    manifest["hook_lib"] = str(llama.build_hook(Path(manifest["lib_dir"]).parents[2]))
     info = json.loads(model.with_suffix(".json").read_text())
     layout = str(model.with_name(model.stem + ".layout.json"))
     pagecache.warm(model)

@@ -24,9 +24,10 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd
 import yaml
 
-from harness import box, supervise
+from harness.box import conditions
+from harness.run import supervise
 from harness.config import adhoc_spec, cpu_quota_of, profile_limits, study_profiles
-from harness.limits import block_device_of
+from harness.box.limits import block_device_of
 
 
 def main():
@@ -41,7 +42,7 @@ def main():
     profile = study_profiles(cfg)[0]
     quota_file = ROOT / f"results/ceilings/{profile}/cpu_quota.json"
     quota = cpu_quota_of(str(quota_file)) if quota_file.exists() else None
-    device_kb = box.DeviceReadahead(block_device_of(model), None).current_kb()
+    device_kb = conditions.DeviceReadahead(block_device_of(model), None).current_kb()
     configs = [(m, ra) for m in ("none", "pread+madvise") for ra in sorted({128, device_kb})]
     rows = []
     for k in range(1, rounds + 1):

@@ -1,7 +1,7 @@
 """Benchmark (not a test): routing statistics of a synthetic OLMoE-like model after a 64-token
 greedy decode with mechanism `none`: how many experts take 80% of a layer's routings, distinct
 experts per layer, and the share of routed experts that tokens 1 and 8 apart have in common.
-This is how the generator's knobs in harness.models were chosen. Shapes: default a 4-layer
+This is how the generator's knobs in harness.models.synthetic were chosen. Shapes: default a 4-layer
 512-dim 64-expert model (~15 s); --deep the full shape's 16 layers and 2048-dim attention with
 8x narrower experts (~50 s); --full the pipeline's full-size shape (a 4.2 GB file, ~6 min).
 
@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd
 
-from harness import models
-from harness import analysis
-from harness.layout import read_layout
+from harness.models import synthetic
+from harness.analysis import metrics
+from harness.models.layout import read_layout
 from harness.util import atomic_write_json
 
 
@@ -43,32 +43,32 @@ def main():
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     if args:
-        models.MATRIX_SCALE, models.ROUTER_SCALE = float(args[0]), float(args[1])
+        synthetic.MATRIX_SCALE, synthetic.ROUTER_SCALE = float(args[0]), float(args[1])
     if len(args) > 2:
-        models.EMBED_SHARED, models.RECENCY = float(args[2]), float(args[3])
-        models.QK_NORM_GAIN = float(args[4])
+        synthetic.EMBED_SHARED, synthetic.RECENCY = float(args[2]), float(args[3])
+        synthetic.QK_NORM_GAIN = float(args[4])
     if len(args) > 5:
-        models.RECENCY_PAIRS = int(args[5])
+        synthetic.RECENCY_PAIRS = int(args[5])
     man = json.loads((ROOT / "results/build/llama.json").read_text())
     if "--full" in sys.argv:  # the pipeline's own full-size shape (a 4.2 GB file, minutes)
-        shape = models.SHAPES["olmoe-1b-7b"]
+        shape = synthetic.SHAPES["olmoe-1b-7b"]
     elif "--deep" in sys.argv:  # the full shape's depth and attention, experts 8x narrower
-        shape = dataclasses.replace(models.SHAPES["olmoe-1b-7b"], name="calibration-deep", n_ff=128)
-        models.SHAPES["calibration-deep"] = shape
+        shape = dataclasses.replace(synthetic.SHAPES["olmoe-1b-7b"], name="calibration-deep", n_ff=128)
+        synthetic.SHAPES["calibration-deep"] = shape
     else:
-        shape = models.Shape("olmoe", "calibration", n_layer=4, n_embd=512, n_ff=256, n_head=4,
+        shape = synthetic.Shape("olmoe", "calibration", n_layer=4, n_embd=512, n_ff=256, n_head=4,
                              n_head_kv=4, n_vocab=50304, vocab_file="models/ggml-vocab-gpt-neox.gguf",
                              context_length=4096, rms_eps=1e-5, rope_freq_base=10000.0, n_expert=64,
                              n_expert_used=8)
-        models.SHAPES["calibration"] = shape
+        synthetic.SHAPES["calibration"] = shape
     with tempfile.TemporaryDirectory() as tmp:
         measure(man, shape, Path(tmp))
 
 
 def measure(man: dict, shape, d: Path) -> None:
     f16, q = d / "f16.gguf", d / "q4.gguf"
-    models.write_f16(shape, 1, Path(man["source_tree"]) / shape.vocab_file, f16)
-    models.quantize(man, f16, q, "Q4_K_M", 2, log_file=subprocess.DEVNULL)
+    synthetic.write_f16(shape, 1, Path(man["source_tree"]) / shape.vocab_file, f16)
+    synthetic.quantize(man, f16, q, "Q4_K_M", 2, log_file=subprocess.DEVNULL)
     atomic_write_json(d / "layout.json", read_layout(q))
     os.makedirs(d / "run")
     (d / "params.json").write_text(json.dumps({
@@ -76,11 +76,11 @@ def measure(man: dict, shape, d: Path) -> None:
         "model_path": str(q), "mlock_non_expert": False, "mechanism": "none",
         "prompt": "The history of the Roman Empire begins with", "tokens": 64, "threads": 2,
         "log_experts": True}))
-    subprocess.run([sys.executable, "-m", "harness.worker", str(d / "params.json")],
+    subprocess.run([sys.executable, "-m", "harness.run.worker", str(d / "params.json")],
                    stderr=subprocess.DEVNULL, check=True)
     ex = pd.read_csv(d / "run/experts.csv.part")
-    sk, loc = analysis.skew(ex), analysis.locality(ex)
-    print(json.dumps({"recipe": models.weight_recipe(), "shape": shape.name,
+    sk, loc = metrics.skew(ex), metrics.locality(ex)
+    print(json.dumps({"recipe": synthetic.weight_recipe(), "shape": shape.name,
                       "experts_for_80pct_median": float(sk.experts_for_80pct.median()),
                       "distinct_median": float(sk.distinct_experts.median()),
                       "shared_d1": float(loc.shared_fraction.iloc[0]),

@@ -2,7 +2,7 @@
 # Creates the pipeline's environment in .venv (or $MOE_BENCH_VENV) with the exact pins of
 # envs/requirements.txt. llama-cpp-python is built with its CMake option LLAMA_BUILD=OFF:
 # it then ships no libllama of its own and loads the pipeline's patched build through
-# LLAMA_CPP_LIB_PATH (harness.lib sets it). Its default install would compile an unpatched
+# LLAMA_CPP_LIB_PATH (harness.build.bindings sets it). Its default install would compile an unpatched
 # llama.cpp for many minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."

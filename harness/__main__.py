@@ -17,13 +17,14 @@ import json
 import sys
 from pathlib import Path
 
-from harness import parameters, supervise
+from harness import parameters
+from harness.run import supervise
 from harness.config import adhoc_spec, parse_size
-from harness.layout import read_layout
-from harness.limits import Limits
-from harness.mechanisms import REGISTRY
+from harness.models.layout import read_layout
+from harness.box.limits import Limits
+from harness.run.mechanisms import REGISTRY
 from harness.util import atomic_write_json, sha256_file
-from harness.model_file import check_gguf
+from harness.models.checks import check_gguf
 
 
 def add_run_parameters(ap: argparse.ArgumentParser) -> None:

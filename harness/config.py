@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import parameters
-from harness.mechanisms import REGISTRY
+from harness.run.mechanisms import REGISTRY
 
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]i?)?[bB]?\s*$")
 UNITS = {None: 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
@@ -213,7 +213,7 @@ def _synthetic_experts(model: dict) -> int | None:
     file exists (a downloaded or local model)."""
     if model.get("source") != "synthetic":
         return None
-    from harness.models import SHAPES
+    from harness.models.synthetic import SHAPES
 
     shape = SHAPES.get(model.get("shape"))
     return shape.n_expert if shape else None
@@ -246,7 +246,7 @@ def check(config: dict) -> list[RunSpec]:
                 raise ConfigError(f"config: models.{name}.{k}: missing (a {src} model needs "
                                   f"{', '.join(need[src])})")
         if src == "synthetic":
-            from harness.models import SHAPES
+            from harness.models.synthetic import SHAPES
 
             if m["shape"] not in SHAPES:
                 raise ConfigError(f"config: models.{name}.shape: {m['shape']!r} is not one of "
@@ -270,8 +270,8 @@ def _check_ram_budgets(config: dict) -> None:
 
 
 def _check_ram_budget(config: dict, name: str) -> None:
-    from harness.layout import is_expert_tensor
-    from harness.models import SHAPES, tensor_plan
+    from harness.models.layout import is_expert_tensor
+    from harness.models.synthetic import SHAPES, tensor_plan
 
     rb = config["profiles"][name].get("ram_budget")
     if rb is None:
@@ -291,9 +291,9 @@ def _check_ram_budget(config: dict, name: str) -> None:
 def profile_limits(config: dict, device_path: str, *, ram: bool = True, cpu_quota: float | None = None,
                    profile: str | None = None):
     """The Limits of a machine profile (default: the study's first; ram=False: no RAM budget).
-    cpu_quota: the profile's CPU quota in CPUs, as calibrated (harness.calibrate) or given in the
+    cpu_quota: the profile's CPU quota in CPUs, as calibrated (harness.box.calibrate) or given in the
     profile."""
-    from harness.limits import Limits
+    from harness.box.limits import Limits
 
     name = profile or study_profiles(config)[0]
     prof = config["profiles"][name]

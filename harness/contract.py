@@ -45,7 +45,7 @@ class WorkerParams:
     mechanism_options: dict = field(default_factory=dict)
     cgroup_io_stat: str | None = None  # the run cgroup's block-I/O counter file
     evict_after_load: bool = False
-    # how the routing hook answers the scheduler's "ask": "native" (harness/hook.c, only wanted
+    # how the routing hook answers the scheduler's "ask": "native" (harness/build/hook.c, only wanted
     # nodes reach Python), "python" (every node asks Python), "off" (no hook: the bare decode,
     # for measuring the hook's cost; no routing is observed)
     hook: str = "native"
@@ -53,7 +53,7 @@ class WorkerParams:
     # switch the hook off for every other generated token (tokens.csv hook_on): what the hook
     # costs, measured within one process; such a run's routing records have gaps
     hook_ab: bool = False
-    # where the per-token attribution's counters are (harness.attribution.CounterFiles as a dict)
+    # where the per-token attribution's counters are (harness.run.attribution.CounterFiles as a dict)
     counters: dict = field(default_factory=dict)
 
     def write(self, path: Path) -> None:

@@ -3,8 +3,8 @@ mechanisms read it, whether an experiment may list values of it, and what it mea
 
 What else names a run parameter is derived from this registry or tested against it
 (tests/test_parameters.py): the config's expansion (`harness.config`: the keys, the sweepable
-set, the mechanism options' defaults), each mechanism's options (`harness.mechanisms`), the
-mapping of a run spec into the worker's parameters (`harness.supervise`), the command line
+set, the mechanism options' defaults), each mechanism's options (`harness.run.mechanisms`), the
+mapping of a run spec into the worker's parameters (`harness.run.supervise`), the command line
 (`python -m harness`), the config schema's `defaults` and `experiments` entries and the key
 table of config/README.md. No imports from the rest of the package: everything may import it.
 """
@@ -36,7 +36,7 @@ class Parameter:
 
 PARAMETERS: tuple[Parameter, ...] = (
     Parameter("model", str, None, "a model name of `models:`", worker=False),
-    Parameter("mechanism", str, None, "the prefetch mechanism (harness/mechanisms.py)",
+    Parameter("mechanism", str, None, "the prefetch mechanism (harness/run/mechanisms.py)",
               worker=True, cli=("--mechanism",)),
     Parameter("mlock_non_expert", bool, False, "mlock every non-expert tensor at start",
               worker=True, cli=("--mlock-non-expert",)),

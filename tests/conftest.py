@@ -14,9 +14,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.build import ensure_build
-from harness.layout import read_layout
-from harness.models import SHAPES, quantize, write_f16
+from harness.build.llama import ensure_build
+from harness.models.layout import read_layout
+from harness.models.synthetic import SHAPES, quantize, write_f16
 from harness.util import atomic_write_json, sha256_file
 
 

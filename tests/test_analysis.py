@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from harness import analysis
+from harness.analysis import metrics
 
 
 def trace(rows):
@@ -13,7 +13,7 @@ def trace(rows):
 def test_skew_counts_experts_for_80_percent_and_distinct():
     # layer 0: expert 0 five times, 1..5 once each (10 activations): 80% needs 0,1,2,3 -> 4 experts
     rows = [(t, 0, 0, 0) for t in range(5)] + [(5 + i, 0, 0, 1 + i) for i in range(5)]
-    sk = analysis.skew(trace(rows))
+    sk = metrics.skew(trace(rows))
     assert sk.loc[0, "experts_for_80pct"] == 4
     assert sk.loc[0, "distinct_experts"] == 6
     assert sk.loc[0, "activations"] == 10
@@ -22,7 +22,7 @@ def test_skew_counts_experts_for_80_percent_and_distinct():
 def test_locality_shared_fraction():
     # 2 experts per token; t0={0,1}, t1={1,2}, t2={2,3}: d=1 shares 1/2 each, d=2 shares nothing
     rows = [(0, 0, 0, 0), (0, 0, 1, 1), (1, 0, 0, 1), (1, 0, 1, 2), (2, 0, 0, 2), (2, 0, 1, 3)]
-    loc = analysis.locality(trace(rows), max_distance=2).set_index("distance")
+    loc = metrics.locality(trace(rows), max_distance=2).set_index("distance")
     assert loc.loc[1, "shared_fraction"] == pytest.approx(0.5)
     assert loc.loc[2, "shared_fraction"] == pytest.approx(0.0)
 
@@ -31,7 +31,7 @@ def test_cache_simulation_belady_beats_lru_on_a_cyclic_trace():
     # one expert per token cycling 0,1,2: LRU with 2 slots always misses; Belady (evict the one
     # used farthest ahead) misses t0,t1,t2 then every other request: hits t3,t5,t7,t9,t11
     rows = [(t, 0, 0, t % 3) for t in range(12)]
-    cs = analysis.cache_simulation(trace(rows), sizes=(2, 3)).set_index(["cache_experts_per_layer", "policy"])
+    cs = metrics.cache_simulation(trace(rows), sizes=(2, 3)).set_index(["cache_experts_per_layer", "policy"])
     assert cs.loc[(2, "lru"), "hit_rate"] == 0.0
     assert cs.loc[(2, "belady"), "hit_rate"] == pytest.approx(5 / 12)
     assert cs.loc[(3, "lru"), "hit_rate"] == pytest.approx(9 / 12)  # only the 3 cold misses
@@ -42,11 +42,11 @@ def test_cache_simulation_belady_beats_lru_on_a_cyclic_trace():
 def test_writes_share_the_disk_only_when_the_cgroup_wrote_what_was_dirtied():
     runs = pd.DataFrame({"dirtied_bytes_per_token": [400e6, 410e6],
                          "cgroup_write_bytes_per_token": [0.0, 4096.0]})
-    shared, why = analysis.writes_share_the_disk(runs)
+    shared, why = metrics.writes_share_the_disk(runs)
     assert not shared and "not throttled" in why
     runs["cgroup_write_bytes_per_token"] = [395e6, 405e6]
-    assert analysis.writes_share_the_disk(runs)[0]
-    assert not analysis.writes_share_the_disk(runs.assign(dirtied_bytes_per_token=0.0))[0]
+    assert metrics.writes_share_the_disk(runs)[0]
+    assert not metrics.writes_share_the_disk(runs.assign(dirtied_bytes_per_token=0.0))[0]
 
 
 def test_summarize_median_spread_and_flag():
@@ -55,7 +55,7 @@ def test_summarize_median_spread_and_flag():
     for col in ("model", "quant", "synthetic", "mechanism", "mlock_non_expert", "log_experts",
                 "lru_budget_mb", "prefetch_threads"):
         runs[col] = "x"
-    s = analysis.summarize(runs).set_index("run_id")
+    s = metrics.summarize(runs).set_index("run_id")
     assert s.loc["a", "median"] == pytest.approx(1.1) and not s.loc["a", "wide_spread"]
     assert s.loc["b", "n"] == 2 and s.loc["b", "wide_spread"]  # (2-1)/1.5 > 25%
     assert s.loc["b", "statuses"] == "killed: memory,ok"
@@ -68,7 +68,7 @@ def test_summarize_keeps_runs_that_never_completed():
     for col in ("model", "quant", "synthetic", "mlock_non_expert", "log_experts", "lru_budget_mb",
                 "prefetch_threads"):
         runs[col] = "x"
-    s = analysis.summarize(runs).set_index("run_id")
+    s = metrics.summarize(runs).set_index("run_id")
     assert s.loc["dead", "n"] == 0 and s.loc["dead", "mechanism"] == "lru-odirect"
     assert s.loc["dead", "statuses"] == "killed: memory"
 
@@ -79,25 +79,25 @@ def test_the_floor_reads_what_no_cache_of_that_size_could_keep_less_what_was_res
             (3, 0, 0, 0), (3, 0, 1, 2)]
     ex = trace(rows)
     # room for all three slabs: each is read once, from the first decode on
-    assert analysis.floor_read_bytes(ex, {0: 10}, 30, resident_bytes=0) == pytest.approx(30)
+    assert metrics.floor_read_bytes(ex, {0: 10}, 30, resident_bytes=0) == pytest.approx(30)
     # room for two: Belady keeps 0 and swaps the other each token: 0, 1, then one per token
-    assert analysis.floor_read_bytes(ex, {0: 10}, 20, resident_bytes=0) == pytest.approx(50)
+    assert metrics.floor_read_bytes(ex, {0: 10}, 20, resident_bytes=0) == pytest.approx(50)
     # no room: every routed slab is read
-    assert analysis.floor_read_bytes(ex, {0: 10}, 0, resident_bytes=0) == pytest.approx(80)
+    assert metrics.floor_read_bytes(ex, {0: 10}, 0, resident_bytes=0) == pytest.approx(80)
     # what was resident when decoding began saves at most one read of each of its bytes
-    assert analysis.floor_read_bytes(ex, {0: 10}, 30, resident_bytes=25) == pytest.approx(5)
-    assert analysis.floor_read_bytes(ex, {0: 10}, 30, resident_bytes=1e9) == 0.0
+    assert metrics.floor_read_bytes(ex, {0: 10}, 30, resident_bytes=25) == pytest.approx(5)
+    assert metrics.floor_read_bytes(ex, {0: 10}, 30, resident_bytes=1e9) == 0.0
 
 
 def test_the_floor_bound_is_the_larger_part_with_overlap_and_their_sum_without():
     # 150 MB at 150 MB/s is 1 s of I/O; compute 0.5 s plus 150 MB x 2 ns/byte of kernel CPU on
     # one CPU: 0.8 s of CPU
-    b = analysis.floor_bound(150e6, 150e6, 0.5, 2e-9, cpus=1.0)
+    b = metrics.floor_bound(150e6, 150e6, 0.5, 2e-9, cpus=1.0)
     assert b["floor_io_s"] == pytest.approx(1.0) and b["floor_cpu_s"] == pytest.approx(0.8)
     assert b["floor_perfect_overlap_tok_per_s"] == pytest.approx(1.0)
     assert b["floor_no_overlap_tok_per_s"] == pytest.approx(1 / 1.8)
     # under a quota of a tenth of a CPU the kernel's 0.3 CPU-seconds take 3 s of wall time
-    b = analysis.floor_bound(150e6, 150e6, 0.5, 2e-9, cpus=0.1)
+    b = metrics.floor_bound(150e6, 150e6, 0.5, 2e-9, cpus=0.1)
     assert b["floor_perfect_overlap_tok_per_s"] == pytest.approx(1 / 3.5)
 
 
@@ -106,15 +106,15 @@ def test_each_read_path_reads_at_the_fastest_rate_its_own_kind_reached():
                        "access": ["O_DIRECT", "buffered read", "buffered read", "O_DIRECT",
                                   "O_DIRECT"],
                        "mb_per_s": [140.0, 90.0, 120.0, 150.0, 130.0]})
-    got = analysis.read_path_io_ceilings(io, read_bps=150e6)
+    got = metrics.read_path_io_ceilings(io, read_bps=150e6)
     assert got == {"O_DIRECT": 150e6, "buffered read": 120e6, "fault": 150e6}
     # a table from before the random reads: the sequential samples serve every path but
     # buffered reads, which get the throttle (or, unthrottled, the fastest sample)
     old = pd.DataFrame({"sample": [0, 1], "mb_per_s": [140.0, 145.0]})
-    assert analysis.read_path_io_ceilings(old, read_bps=150e6) == {
+    assert metrics.read_path_io_ceilings(old, read_bps=150e6) == {
         "O_DIRECT": 145e6, "buffered read": 150e6, "fault": 145e6}
-    assert analysis.read_path_io_ceilings(old)["buffered read"] == 145e6
-    seq, rnd = analysis.io_patterns(io)
+    assert metrics.read_path_io_ceilings(old)["buffered read"] == 145e6
+    seq, rnd = metrics.io_patterns(io)
     assert len(seq) == 1 and len(rnd) == 4
 
 
@@ -123,14 +123,14 @@ def test_a_run_that_beats_its_floor_is_a_bound_error_and_one_that_does_not_is_no
                       "floor_perfect_overlap_tok_per_s": [1.0, 1.0, 1.0, 1.0],
                       "decode_read_bytes_per_token": [2e6, 2e6, 0.5e6, None],
                       "floor_bytes_per_token": [1e6, 1e6, 1e6, 1e6]})
-    assert list(analysis.bound_errors(t)) == [False, True, True, False]
+    assert list(metrics.bound_errors(t)) == [False, True, True, False]
 
 
 def test_kernel_cpu_per_byte_is_the_cheapest_run_of_each_read_path():
     runs = pd.DataFrame({"status": "ok", "mechanism": ["none", "madvise", "pread+madvise", "none"],
                          "kernel_share": [0.5, 0.2, 0.6, 0.5], "steady_tok_per_s": [1.0] * 4,
                          "cgroup_read_bytes_per_token": [100e6, 100e6, 100e6, 0.0]})
-    cost = analysis.kernel_cpu_per_byte(runs)
+    cost = metrics.kernel_cpu_per_byte(runs)
     assert cost["fault"] == pytest.approx(0.2 / 100e6)  # madvise's, the cheaper fault path
     assert cost["buffered read"] == pytest.approx(0.6 / 100e6)
     assert "O_DIRECT" not in cost  # no run of it read anything
@@ -140,9 +140,9 @@ def test_disturbed_repeats_are_those_something_else_read_the_disk_during():
     runs = pd.DataFrame({"foreign_read_bytes": [0.0, 40e6, 300e6, 300e6, float("nan")],
                          "cgroup_read_bytes_per_token": [1e8, 1e8, 1e8, 1e12, 1e8],
                          "tokens_completed": [16] * 5})
-    assert list(analysis.disturbed(runs)) == [False, False, True, False, False]
-    assert analysis.foreign_read(500, 200) == 300
-    assert pd.isna(analysis.foreign_read(500, -1)) and pd.isna(analysis.foreign_read(None, 200))
+    assert list(metrics.disturbed(runs)) == [False, False, True, False, False]
+    assert metrics.foreign_read(500, 200) == 300
+    assert pd.isna(metrics.foreign_read(500, -1)) and pd.isna(metrics.foreign_read(None, 200))
 
 
 def test_a_run_is_flagged_for_steal_or_a_stall_and_says_why():
@@ -150,18 +150,18 @@ def test_a_run_is_flagged_for_steal_or_a_stall_and_says_why():
                          "cgroup_read_bytes_per_token": [1e6] * 4, "tokens_completed": [6] * 4,
                          "cpu_steal_s": [1.0, 30.0, 0.0, 0.0], "run_wall_s": [100.0] * 4,
                          "mean_median_gap": [0.02, 0.0, 0.4, 0.09]})
-    assert list(analysis.disturbed(runs)) == [False, True, True, False]
-    assert list(analysis.flag_reason(runs)) == ["", "CPU steal", "mean and median token disagree",
+    assert list(metrics.disturbed(runs)) == [False, True, True, False]
+    assert list(metrics.flag_reason(runs)) == ["", "CPU steal", "mean and median token disagree",
                                                 ""]
 
 
 def test_mean_median_gap_of_the_steady_tokens():
     gen = pd.DataFrame({"wall_s": [9.0, 1.0, 1.0, 1.0, 1.6]})  # the first token is left out
-    assert analysis.mean_median_gap(gen) == pytest.approx(0.15)
+    assert metrics.mean_median_gap(gen) == pytest.approx(0.15)
 
 
 def test_every_table_naming_a_run_measured_without_limits_marks_it(tmp_path):
-    from harness.report import Writer
+    from harness.report.results import Writer
 
     w = Writer(tmp_path / "tables", tmp_path / "plots")
     w.unenforced = {"b"}

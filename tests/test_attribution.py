@@ -4,12 +4,12 @@ on real runs of the tiny model the classification coming out each way."""
 import pandas as pd
 import pytest
 
-from harness import supervise
-from harness.analysis import run_row
-from harness.attribution import (CPU_BOUND, DISK_BOUND, MIXED, Snapshot, parts, regime,
+from harness.run import supervise
+from harness.analysis.metrics import run_row
+from harness.run.attribution import (CPU_BOUND, DISK_BOUND, MIXED, Snapshot, parts, regime,
                                  run_attribution)
 from harness.config import adhoc_spec
-from harness.limits import Limits, cgroup_version
+from harness.box.limits import Limits, cgroup_version
 
 
 def snap(**kw):

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from harness import box
-from harness.calibrate import CalibrationError, calibrate
-from harness.limits import Limits, RunCgroup, block_device_of, cgroup_version
+from harness.box import conditions
+from harness.box.calibrate import CalibrationError, calibrate
+from harness.box.limits import Limits, RunCgroup, block_device_of, cgroup_version
 
 needs_cgroups = pytest.mark.skipif(cgroup_version() is None, reason="no cgroup hierarchy")
 
@@ -24,7 +24,7 @@ def other_value(orig: int) -> int:
 @pytest.fixture
 def device(tmp_path):
     dev = block_device_of(tmp_path)
-    ra = box.read_ahead_file(dev)
+    ra = conditions.read_ahead_file(dev)
     orig = int(ra.read_text())
     yield dev, orig
     ra.write_text(str(orig))  # whatever happened, the device goes back
@@ -34,36 +34,36 @@ def device(tmp_path):
 def test_read_ahead_is_in_force_inside_and_restored_after(device, tmp_path):
     dev, orig = device
     want = other_value(orig)
-    code = f"print(open('{box.read_ahead_file(dev)}').read().strip())"
+    code = f"print(open('{conditions.read_ahead_file(dev)}').read().strip())"
     with RunCgroup(Limits(read_ahead_kb=want, device_path=str(tmp_path))) as cg:
         seen = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               preexec_fn=cg.enter).stdout.strip()
         assert cg.in_force["read_ahead_kb"] == want
         assert cg.in_force["device_original_kb"] == orig
     assert int(seen) == want
-    assert box.DeviceReadahead(dev, None).current_kb() == orig
-    assert not box.DeviceReadahead(dev, None).state_file.exists()
+    assert conditions.DeviceReadahead(dev, None).current_kb() == orig
+    assert not conditions.DeviceReadahead(dev, None).state_file.exists()
 
 
 @needs_cgroups
 def test_read_ahead_left_by_a_killed_run_is_restored_by_the_next(device, tmp_path):
     dev, orig = device
     want = other_value(orig)
-    code = ("import sys,time\nfrom harness.limits import Limits, RunCgroup\n"
+    code = ("import sys,time\nfrom harness.box.limits import Limits, RunCgroup\n"
             f"cg = RunCgroup(Limits(read_ahead_kb={want}, device_path={str(tmp_path)!r})).open()\n"
             "print('ready', flush=True)\ntime.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     os.kill(proc.pid, signal.SIGKILL)  # no finally runs
     proc.wait()
-    assert box.DeviceReadahead(dev, None).current_kb() == want  # left changed
-    state = json.loads(box.DeviceReadahead(dev, None).state_file.read_text())
+    assert conditions.DeviceReadahead(dev, None).current_kb() == want  # left changed
+    state = json.loads(conditions.DeviceReadahead(dev, None).state_file.read_text())
     assert state["original_kb"] == orig and state["pid"] == proc.pid
     # the next measurement, whatever it wants, first puts the original back
     with RunCgroup(Limits(device_path=str(tmp_path))) as cg:
         assert cg.in_force["restored_leftover"]["original_kb"] == orig
         assert cg.in_force["read_ahead_kb"] == orig  # native: the device's own value, recorded
-    assert box.DeviceReadahead(dev, None).current_kb() == orig
+    assert conditions.DeviceReadahead(dev, None).current_kb() == orig
 
 
 def test_read_ahead_held_by_a_live_process_is_an_error(device, tmp_path, monkeypatch):
@@ -72,10 +72,10 @@ def test_read_ahead_held_by_a_live_process_is_an_error(device, tmp_path, monkeyp
     (tmp_path / "state").mkdir()
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
-        box.DeviceReadahead(dev, None).state_file.write_text(
+        conditions.DeviceReadahead(dev, None).state_file.write_text(
             json.dumps({"device": dev, "original_kb": 128, "pid": sleeper.pid}))
-        with pytest.raises(box.BoxError, match="live process"):
-            box.DeviceReadahead(dev, 128).apply()
+        with pytest.raises(conditions.BoxError, match="live process"):
+            conditions.DeviceReadahead(dev, 128).apply()
     finally:
         sleeper.kill()
 
@@ -86,14 +86,14 @@ def test_damon_applied_counts_each_schemes_bytes_between_snapshots():
             {"index": 0, "action": "pageout", "stats": {"sz_applied": sz, "nr_applied": nr,
                                                         "sz_tried": 10 * sz}}]}]}]
 
-    d = box.damon_applied(snap(1000, 3), snap(5096, 7))
+    d = conditions.damon_applied(snap(1000, 3), snap(5096, 7))
     assert d == {"pageout": {"sz_applied": 4096, "nr_applied": 4, "sz_tried": 40960}}
-    assert box.damon_applied(snap(5, 1), snap(5, 1))["pageout"]["sz_applied"] == 0
+    assert conditions.damon_applied(snap(5, 1), snap(5, 1))["pageout"]["sz_applied"] == 0
 
 
 def test_box_record_sees_device_bytes_written(tmp_path):
     dev = block_device_of(tmp_path)
-    rec = box.BoxRecord(dev).begin()
+    rec = conditions.BoxRecord(dev).begin()
     with open(tmp_path / "w.bin", "wb") as f:
         f.write(os.urandom(32 << 20))
         f.flush()
@@ -200,7 +200,7 @@ def test_calibration_gives_no_quota_when_the_machine_is_already_slower():
 
 
 def test_machine_facts_name_the_scheduler_job_when_there_is_one(monkeypatch):
-    from harness.machine import machine_info
+    from harness.box.identity import machine_info
 
     assert "slurm_job_id" not in machine_info() or "SLURM_JOB_ID" in __import__("os").environ
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
@@ -221,7 +221,7 @@ def _io_machine(disk_s: float, compute_cpu_s: float, cpus: float = 2.0):
 
 
 def test_io_share_calibration_finds_the_quota_of_the_target_split():
-    from harness.calibrate import calibrate_io_share
+    from harness.box.calibrate import calibrate_io_share
 
     measure = _io_machine(disk_s=1.27, compute_cpu_s=0.1)
     out = calibrate_io_share(measure, 0.58, cpus=2)
@@ -232,7 +232,7 @@ def test_io_share_calibration_finds_the_quota_of_the_target_split():
 
 
 def test_io_share_calibration_on_a_machine_that_cannot_reach_the_split_says_so():
-    from harness.calibrate import calibrate_io_share
+    from harness.box.calibrate import calibrate_io_share
 
     # compute dominates even with every CPU: no quota, and the reachable split is recorded
     out = calibrate_io_share(_io_machine(disk_s=0.1, compute_cpu_s=2.0), 0.58, cpus=2)

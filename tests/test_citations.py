@@ -1,10 +1,10 @@
-"""harness.citations: a quoted number passes only when its named file holds it, in its unit."""
+"""harness.report.citations: a quoted number passes only when its named file holds it, in its unit."""
 
 import json
 
 import pytest
 
-from harness import citations
+from harness.report import citations
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.compare import CompareError, compare
+from harness.report.compare import CompareError, compare
 
 REF = Path(__file__).resolve().parents[1] / "reference" / "vm-2026-12-04" / "results"
 
@@ -67,7 +67,7 @@ def test_a_tree_that_is_not_finished_is_refused_by_name(two_trees, tmp_path):
 
 
 def test_a_study_of_two_regimes_compares_each_regimes_verdict():
-    from harness.compare import regime_verdicts
+    from harness.report.compare import regime_verdicts
 
     two = pd.DataFrame({"finding": ["6", "8"], "claim": ["gap", "mechanism"],
                         "seed-box": ["holds", "inconclusive"], "why (seed-box)": ["a", "b"],

@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import export, progress
+from harness.report import export
+from harness.run import progress
 
 
 def make_run(root: Path, run_id: str, repeat: int, prompt_s: float, token_s: list[float],

@@ -15,10 +15,11 @@ import psutil
 import pytest
 import yaml
 
-from harness import measurelock, supervise
-from harness.box import read_ahead_file
+from harness.box import measurelock
+from harness.run import supervise
+from harness.box.conditions import read_ahead_file
 from harness.config import adhoc_spec
-from harness.limits import CGROOT, PARENT, Limits, block_device_of, cgroup_version
+from harness.box.limits import CGROOT, PARENT, Limits, block_device_of, cgroup_version
 from harness.util import host_tag, sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +72,7 @@ def test_a_killed_pipeline_stops_the_measurement_and_undoes_it(tmp_path, who):
         time.sleep(0.2)
     time.sleep(1.0)
     assert proc.poll() is None, "the run finished before it could be interrupted"
-    workers = [p for p in processes_under(work) if "harness.worker" in " ".join(p.cmdline())]
+    workers = [p for p in processes_under(work) if "harness.run.worker" in " ".join(p.cmdline())]
     assert workers, "no worker found measuring"
     if who == "snakemake-kill-9":
         os.kill(proc.pid, signal.SIGKILL)  # Snakemake alone: its job must notice by itself
@@ -107,7 +108,7 @@ def test_a_killed_pipeline_stops_the_measurement_and_undoes_it(tmp_path, who):
 def test_a_second_measurement_waits_then_names_the_first(tmp_path, monkeypatch):
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; sys.path.insert(0, %r)\n"
-        "from pathlib import Path\nfrom harness import measurelock\n"
+        "from pathlib import Path\nfrom harness.box import measurelock\n"
         "with measurelock.exclusive('run held-by-test', state_dir=Path(%r)):\n"
         "    print('held', flush=True); time.sleep(60)") % (str(ROOT), str(tmp_path))],
         stdout=subprocess.PIPE, text=True)
@@ -195,7 +196,7 @@ def test_a_full_disk_during_the_scratch_copy_leaves_no_partial_copy(manifest, ti
 def _io_ceiling_reading(directory: Path) -> subprocess.Popen:
     """An I/O ceiling in its own process, caught reading (throttled to 2 MB/s)."""
     code = ("import sys; sys.path.insert(0, %r)\nfrom pathlib import Path\n"
-            "from harness.ceilings import io_ceiling\nfrom harness.limits import Limits\n"
+            "from harness.box.ceilings import io_ceiling\nfrom harness.box.limits import Limits\n"
             "io_ceiling(Path(%r), [64, 64], Limits(read_bps=2_000_000, device_path=%r))"
             ) % (str(ROOT), str(directory), str(directory))
     proc = subprocess.Popen([sys.executable, "-c", code])
@@ -232,8 +233,8 @@ def test_killing_the_worker_is_a_failed_run_that_leaves_nothing(manifest, tiny_m
     m = tiny_models["olmoe-tiny-Q4_K_M"]
     ra = read_ahead_file(block_device_of(m["gguf"])).read_text()
     code = ("import sys, json; sys.path.insert(0, %r)\n"
-            "from harness import supervise\nfrom harness.config import adhoc_spec\n"
-            "from harness.limits import Limits\n"
+            "from harness.run import supervise\nfrom harness.config import adhoc_spec\n"
+            "from harness.box.limits import Limits\n"
             "m = json.loads(%r)\nman = json.loads(%r)\n"
             "s = adhoc_spec('victim', 'olmoe-tiny-Q4_K_M', 'none', tokens=1500, time_limit_s=600)\n"
             "supervise.run(s, %r, lib_dir=man['lib_dir'], build=man, model_info=m['info'],\n"
@@ -245,7 +246,7 @@ def test_killing_the_worker_is_a_failed_run_that_leaves_nothing(manifest, tiny_m
     workers = []
     while time.time() < deadline and not workers:
         workers = [p for p in psutil.process_iter(["cmdline"])
-                   if "harness.worker" in " ".join(p.info["cmdline"] or [])
+                   if "harness.run.worker" in " ".join(p.info["cmdline"] or [])
                    and str(tmp_path) in " ".join(p.info["cmdline"] or [])]
         time.sleep(0.2)
     assert workers, "no worker started"
@@ -264,7 +265,7 @@ def test_killing_the_worker_is_a_failed_run_that_leaves_nothing(manifest, tiny_m
 
 @needs_cgroups
 def test_a_sigkilled_io_ceiling_leaves_a_file_the_next_one_removes(tmp_path):
-    from harness.ceilings import io_ceiling
+    from harness.box.ceilings import io_ceiling
 
     proc = _io_ceiling_reading(tmp_path)
     proc.kill()  # no cleanup at all
@@ -282,7 +283,7 @@ def test_the_lock_is_reentrant_within_a_process_and_still_excludes_others(tmp_pa
             pass  # no wait, no deadlock on a second descriptor
         other = subprocess.run([sys.executable, "-c", (
             "import sys; sys.path.insert(0, %r)\nfrom pathlib import Path\n"
-            "from harness import measurelock\n"
+            "from harness.box import measurelock\n"
             "with measurelock.exclusive('other', wait_s=0, state_dir=Path(%r)):\n    pass"
         ) % (str(ROOT), str(tmp_path))], capture_output=True, text=True)
         assert other.returncode != 0 and "MeasurementBusy" in other.stderr

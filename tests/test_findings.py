@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
-from harness import findings
-from harness.stats import FAILS, HOLDS, INCONCLUSIVE
+from harness.analysis import findings
+from harness.analysis.stats import FAILS, HOLDS, INCONCLUSIVE
 
 Q4, Q2 = "q4", "q2"
 LAYOUTS = {Q4: {"bytes_per_token": 167, "n_layer": 2, "n_expert": 8},

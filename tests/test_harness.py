@@ -7,10 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import supervise
+from harness.run import supervise
 from harness.config import adhoc_spec
-from harness.limits import Limits, cgroup_version
-from harness.mechanisms import REGISTRY
+from harness.box.limits import Limits, cgroup_version
+from harness.run.mechanisms import REGISTRY
 from harness.util import sha256_file
 
 
@@ -174,8 +174,8 @@ class FakeTensor:
     (dict(type=0), "expected I32"), (dict(nb0=8), r"nb\[0\] = 8"), (dict(ne0=4), "n_expert_used"),
     (dict(nb1=2), "row stride"), (dict(ne1=3), "3 rows for a batch of 1")])
 def test_hook_refuses_a_routing_tensor_it_cannot_read(tiny_models, bad, needle):
-    from harness.layout import Layout
-    from harness.worker import RoutingHook
+    from harness.models.layout import Layout
+    from harness.run.worker import RoutingHook
 
     hook = RoutingHook.__new__(RoutingHook)
     hook.layout, hook.batch_n = Layout(tiny_models["olmoe-tiny-Q4_K_M"]["data"]), 1
@@ -195,10 +195,10 @@ class _NativeTopk:
         import mmap
         import types
 
-        from harness import lib as hlib
-        from harness.layout import Layout
-        from harness.mechanisms import NoPrefetch, Residency
-        from harness.worker import NativeRouting, RoutingHook, find_mapping
+        from harness.build import bindings as hlib
+        from harness.models.layout import Layout
+        from harness.run.mechanisms import NoPrefetch, Residency
+        from harness.run.worker import NativeRouting, RoutingHook, find_mapping
 
         self.ctypes, self.file = ctypes, open(model["gguf"], "rb")
         self.map = mmap.mmap(self.file.fileno(), 0, prot=mmap.PROT_READ)
@@ -237,7 +237,7 @@ class _NativeTopk:
 def test_native_hook_records_a_routing_tensor_and_refuses_one_it_cannot_read(manifest, tiny_models):
     """The C path on hand-made tensors: good ids are recorded with their missing bytes (equal to
     Python's mincore count), every bad field or id stops the decode with a message naming it."""
-    from harness.mechanisms import Residency
+    from harness.run.mechanisms import Residency
 
     drive = _NativeTopk(manifest, tiny_models["olmoe-tiny-Q4_K_M"])
     lay, h = drive.layout, drive.native.h
@@ -271,7 +271,7 @@ def test_native_hook_residency_by_cachestat_and_mincore_is_pythons(manifest, tin
     import ctypes
     import os
 
-    from harness.mechanisms import Residency
+    from harness.run.mechanisms import Residency
 
     drive = _NativeTopk(manifest, tiny_models["olmoe-tiny-Q4_K_M"])
     lay, h, lib = drive.layout, drive.native.h, drive.native.lib
@@ -331,7 +331,7 @@ def test_a_disabled_native_hook_asks_for_nothing(manifest, tiny_models):
 
 
 def test_layout_refuses_ids_it_does_not_have(tiny_models):
-    from harness.layout import Layout
+    from harness.models.layout import Layout
 
     lay = Layout(tiny_models["olmoe-tiny-Q4_K_M"]["data"])
     assert len(lay.slabs(0, lay.n_expert - 1)) == 3
@@ -396,7 +396,7 @@ PROBE = '''
 import json, sys
 import numpy as np
 import pandas as pd
-from harness import mechanisms as mech, worker
+from harness.run import mechanisms as mech, worker
 from harness.contract import WorkerParams
 
 

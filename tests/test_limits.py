@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from harness import ceilings, pagecache
-from harness.limits import Limits, RunCgroup, cgroup_version
+from harness.box import ceilings, pagecache
+from harness.box.limits import Limits, RunCgroup, cgroup_version
 
 pytestmark = pytest.mark.skipif(cgroup_version() is None, reason="no cgroup hierarchy")
 
@@ -21,7 +21,7 @@ def test_odirect_read_is_held_to_the_throttle(tmp_path):
     samples = []
     for k in range(3):  # a shared machine: the median of three samples at different offsets
         with RunCgroup(Limits(read_bps=limit, device_path=str(tmp_path))) as cg:
-            res = subprocess.run([sys.executable, "-m", "harness.ceilings", "odirect", str(test),
+            res = subprocess.run([sys.executable, "-m", "harness.box.ceilings", "odirect", str(test),
                                   str(k * (32 << 20)), str(32 << 20)], capture_output=True, text=True,
                                  preexec_fn=cg.enter)
             assert cg.in_force["read_bps"] == limit
@@ -47,7 +47,7 @@ def test_random_reads_are_held_to_the_throttle_and_buffered_ones_cost_more_cpu(t
     for access in (ceilings.BUFFERED, ceilings.ODIRECT):
         pagecache.evict(test)
         with RunCgroup(Limits(read_bps=limit, device_path=str(tmp_path))) as cg:
-            res = subprocess.run([sys.executable, "-m", "harness.ceilings", "random", str(test),
+            res = subprocess.run([sys.executable, "-m", "harness.box.ceilings", "random", str(test),
                                   access, "4", str(1 << 20), str(32 << 20), "1"],
                                  capture_output=True, text=True, preexec_fn=cg.enter)
         assert res.returncode == 0, res.stderr
@@ -97,7 +97,7 @@ def test_cgroup_is_removed_afterwards():
 
 
 def test_unenforceable_limit_is_an_error_unless_opted_out(monkeypatch, tmp_path):
-    from harness import limits
+    from harness.box import limits
 
     monkeypatch.setattr(limits, "CGROOT", tmp_path / "no-cgroups")
     with pytest.raises(limits.LimitError, match="allow_unenforced"):

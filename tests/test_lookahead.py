@@ -3,9 +3,9 @@
 import pandas as pd
 import pytest
 
-from harness import supervise
+from harness.run import supervise
 from harness.config import adhoc_spec
-from harness.limits import Limits
+from harness.box.limits import Limits
 
 
 @pytest.fixture(scope="module", params=["ffn_norm", "l_out"])
@@ -63,7 +63,7 @@ def test_the_prediction_uses_the_next_layers_norm_on_the_residual_it_will_see():
     output (the old rule) gets another one when the two layers' norm weights differ."""
     import numpy as np
 
-    from harness.mechanisms import predict_experts
+    from harness.run.mechanisms import predict_experts
 
     rng = np.random.default_rng(3)
     n_embd, n_expert, k = 64, 16, 4

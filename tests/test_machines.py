@@ -1,4 +1,4 @@
-"""harness.machines: the config each machine runs, the commands, the comparison's columns. The
+"""harness.fleet: the config each machine runs, the commands, the comparison's columns. The
 driver's real run (a cluster node and this machine, then results/compare) is in test_slurm.py."""
 
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import machines as hm
+from harness import fleet as hm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,13 +80,13 @@ def test_a_profile_that_does_not_exist_is_refused(study):
 
 def test_driver_refuses_an_unknown_machine_and_a_config_without_machines(study, tmp_path_factory):
     wd, cfg = study
-    res = subprocess.run([sys.executable, "-m", "harness.machines", "--directory", str(wd), "nope"],
+    res = subprocess.run([sys.executable, "-m", "harness.fleet", "--directory", str(wd), "nope"],
                          cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 2 and "no machine named nope" in res.stderr
     bare = tmp_path_factory.mktemp("bare")
     (bare / "config").mkdir()
     (bare / "config/experiments.yaml").write_text(yaml.safe_dump({**cfg, "machines": {}}))
-    res = subprocess.run([sys.executable, "-m", "harness.machines", "--directory", str(bare)],
+    res = subprocess.run([sys.executable, "-m", "harness.fleet", "--directory", str(bare)],
                          cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 2 and "no machines: to run" in res.stderr
 
@@ -95,7 +95,7 @@ def test_dry_run_plans_every_machine_and_the_schema_takes_machines(study):
     """Each machine's Snakemake plans the whole study in its own directory (the config, machines
     section included, passes the schema); a dry run compares nothing."""
     wd, _ = study
-    res = subprocess.run([sys.executable, "-m", "harness.machines", "--directory", str(wd), "-n",
+    res = subprocess.run([sys.executable, "-m", "harness.fleet", "--directory", str(wd), "-n",
                           "here"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     plan = (wd / "machines/here/snakemake.log").read_text()
@@ -116,7 +116,7 @@ def test_the_driver_validates_the_whole_config_before_any_machine_runs(study, mu
     wd, cfg = study
     mutate(cfg)
     (wd / "config/experiments.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    res = subprocess.run([sys.executable, "-m", "harness.machines", "--directory", str(wd)],
+    res = subprocess.run([sys.executable, "-m", "harness.fleet", "--directory", str(wd)],
                          cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 2 and needle in res.stderr, res.stderr[-2000:]
     assert not (wd / "machines").exists()  # nothing was prepared, nothing ran

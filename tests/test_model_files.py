@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import fetch
-from harness.model_entry import make_model
-from harness.model_file import BadModelFile, check_gguf
+from harness.models import fetch
+from harness.models.make import make_model
+from harness.models.checks import BadModelFile, check_gguf
 
 
 def test_truncated_gguf_is_refused(tiny_models, tmp_path):

@@ -5,8 +5,8 @@ import gguf
 import numpy as np
 import pytest
 
-from harness import models
-from harness.models import SHAPES, tensor_plan
+from harness.models import synthetic
+from harness.models.synthetic import SHAPES, tensor_plan
 from harness.util import sha256_file
 
 
@@ -77,7 +77,7 @@ def test_expert_tensors_hold_quantized_random_weights_of_the_right_scale(tiny_mo
     assert len(tensors) == 3 * SHAPES["olmoe-tiny"].n_layer
     for t in tensors:
         w = gguf.quants.dequantize(t.data, t.tensor_type).reshape(t.shape[2], -1)
-        expected = models.MATRIX_SCALE / np.sqrt(int(t.shape[0]))
+        expected = synthetic.MATRIX_SCALE / np.sqrt(int(t.shape[0]))
         assert 0.8 < w.std() / expected < 1.2, (t.name, t.tensor_type.name, w.std(), expected)
         block_elems = gguf.GGML_QUANT_SIZES[t.tensor_type][0]
         blocks = w.reshape(-1, block_elems)
@@ -89,14 +89,14 @@ def test_expert_fill_is_deterministic_in_the_seed(tiny_models, manifest, tmp_pat
     src = tiny_models["olmoe-tiny-Q4_K_M"]["gguf"]
     copy = tmp_path / "copy.gguf"
     shutil.copyfile(src, copy)
-    assert models.fill_expert_tensors(copy, Path(manifest["lib_dir"])) == 12
+    assert synthetic.fill_expert_tensors(copy, Path(manifest["lib_dir"])) == 12
     assert sha256_file(copy) == sha256_file(src)
 
 
 def test_f16_leaves_expert_tensors_as_sparse_holes(manifest, tmp_path):
     shape = SHAPES["olmoe-tiny"]
     f16 = tmp_path / "f16.gguf"
-    models.write_f16(shape, 3, Path(manifest["source_tree"]) / shape.vocab_file, f16)
+    synthetic.write_f16(shape, 3, Path(manifest["source_tree"]) / shape.vocab_file, f16)
     experts = _expert_tensors(f16)
     expert_bytes = sum(int(t.n_bytes) for t in experts)
     assert all(not t.data.any() for t in experts)
@@ -106,7 +106,7 @@ def test_f16_leaves_expert_tensors_as_sparse_holes(manifest, tmp_path):
 def _f16_tensors(manifest, tmp_path, name="f16.gguf"):
     shape = SHAPES["olmoe-tiny"]
     f16 = tmp_path / name
-    models.write_f16(shape, 3, Path(manifest["source_tree"]) / shape.vocab_file, f16)
+    synthetic.write_f16(shape, 3, Path(manifest["source_tree"]) / shape.vocab_file, f16)
     return {t.name: np.array(t.data, dtype=np.float32) for t in gguf.GGUFReader(f16).tensors}
 
 
@@ -122,12 +122,12 @@ def test_recency_knobs_are_in_the_weights_and_off_when_zero(manifest, tmp_path, 
     shared /= np.linalg.norm(shared)
     cos = unit @ unit.T
     mean_cos = (cos.sum() - len(cos)) / (len(cos) * (len(cos) - 1))
-    assert abs(mean_cos - models.EMBED_SHARED ** 2) < 0.02, mean_cos
+    assert abs(mean_cos - synthetic.EMBED_SHARED ** 2) < 0.02, mean_cos
     router = on["blk.0.ffn_gate_inp.weight"]
     assert np.abs(router @ shared).max() < 0.05 * np.abs(router).sum(axis=1).max()
     q, k = on["blk.0.attn_q.weight"] @ shared, on["blk.0.attn_k.weight"] @ shared
     assert q @ k / np.linalg.norm(q) / np.linalg.norm(k) > 0.8  # q.k of the shared part is > 0
-    assert np.allclose(on["blk.0.attn_q_norm.weight"], models.QK_NORM_GAIN)
+    assert np.allclose(on["blk.0.attn_q_norm.weight"], synthetic.QK_NORM_GAIN)
     assert shape.n_head_kv == shape.n_head
 
     monkeypatch.setattr(models, "EMBED_SHARED", 0.0)

@@ -11,7 +11,7 @@ from harness import parameters
 from harness.__main__ import add_run_parameters
 from harness.config import RunSpec, adhoc_spec
 from harness.contract import WorkerParams
-from harness.mechanisms import REGISTRY
+from harness.run.mechanisms import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())

@@ -87,7 +87,7 @@ def _words(s: str) -> str:
 
 
 def test_the_report_captions_every_result_and_puts_the_attribution_first(workdir, ran):
-    from harness.captions import PLOTS
+    from harness.report.captions import PLOTS
 
     html = (workdir / "report.html").read_text()
     results = _report_data(html, "results")

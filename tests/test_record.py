@@ -87,7 +87,7 @@ def test_the_reference_page_documents_every_field_with_its_unit():
 
 
 def test_the_worker_writes_the_declared_token_columns():
-    from harness import attribution, worker
+    from harness.run import attribution, worker
 
     assert worker.TOKEN_FIELDS == record.TOKEN_FIELDS
     assert attribution.PART_FIELDS == record.TOKEN_FIELDS[-len(attribution.PART_FIELDS):]

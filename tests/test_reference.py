@@ -35,18 +35,19 @@ def test_every_cited_record_is_committed(ref):
 def method_phrases() -> list[str]:
     """Numbers the READMEs may state without a source: the method's own constants, each
     written from the code that holds it (so a changed constant fails here too)."""
-    from harness import analysis, attribution, stats
-    from harness.limits import CPU_PERIOD_US
+    from harness.analysis import metrics, stats
+    from harness.run import attribution
+    from harness.box.limits import CPU_PERIOD_US
 
     return [f"{CPU_PERIOD_US / 1000:.0f} ms period", f"{stats.LEVEL:.0%} confidence", f"{stats.MIN_EFFECT:.0%} minimum effect",
             f"{stats.POWER:.0%} power", f"within {attribution.IDENTITY_TOLERANCE:.0%}",
             f"at least {attribution.BOUND_SHARE:.0%}",
-            f"more than {analysis.STEAL_BOUND:.0%}", f"by more than {analysis.MEAN_MEDIAN_GAP:.0%}"]
+            f"more than {metrics.STEAL_BOUND:.0%}", f"by more than {metrics.MEAN_MEDIAN_GAP:.0%}"]
 
 
 @pytest.mark.parametrize("doc", ["README.md", "config/README.md"])
 def test_every_number_a_readme_quotes_is_the_committed_value_it_links(doc):
-    from harness import citations
+    from harness.report import citations
 
     text = (ROOT / doc).read_text()
     quotes = citations.quotes(text)
@@ -61,7 +62,7 @@ def test_every_number_a_readme_quotes_is_the_committed_value_it_links(doc):
 
 
 def test_the_main_jobs_time_report_gives_its_wall_time_in_seconds():
-    from harness.reference import parse_time_v
+    from harness.report.reference import parse_time_v
 
     text = ('\tCommand being timed: ".venv/bin/snakemake --cores 2 results/final"\n'
             "\tUser time (seconds): 540.30\n\tElapsed (wall clock) time (h:mm:ss or m:ss): 2:08:20\n"

@@ -2,7 +2,7 @@
 
 The `.test` configuration names two machines (config `machines:`): the cluster's node, through
 profiles/slurm with the cluster section a user would write (the node to measure on, a node-local
-directory for the models), and this machine without a profile. `python -m harness.machines` runs
+directory for the models), and this machine without a profile. `python -m harness.fleet` runs
 both, then results/compare. Checked: every run the configuration expands to has its record on the
 node, each record names the SLURM job it ran in (a job sacct knows, on the configured node, in the
 cluster's partition) and the staged model it measured, the measurement jobs were exclusive, and
@@ -54,7 +54,7 @@ def cluster_run(cluster, tmp_path_factory):
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     bin_dir = Path(sys.executable).parent
     env = dict(cluster.env(), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
-    res = subprocess.run([sys.executable, "-m", "harness.machines", "--directory", str(wd)],
+    res = subprocess.run([sys.executable, "-m", "harness.fleet", "--directory", str(wd)],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400)
     node = wd / "machines" / "slurm-node"
     logs = {p.name: p.read_text()[-4000:] for p in wd.glob("machines/**/*.log") if p.parent.name != "logs"}

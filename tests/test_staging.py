@@ -1,11 +1,11 @@
-"""Node-local staging (harness.staging): the copy is verified, reused, and refreshed."""
+"""Node-local staging (harness.models.staging): the copy is verified, reused, and refreshed."""
 
 import json
 import os
 
 import pytest
 
-from harness.staging import StagingError, stage, staged_info, staged_model
+from harness.models.staging import StagingError, stage, staged_info, staged_model
 from harness.util import sha256_file
 
 

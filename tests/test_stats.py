@@ -1,4 +1,4 @@
-"""Each rule of harness.stats comes out each way on constructed run tables, and a simulation
+"""Each rule of harness.analysis.stats comes out each way on constructed run tables, and a simulation
 shows the procedure's false-verdict rate for two equal configurations."""
 
 import math
@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import stats
-from harness.stats import FAILS, HOLDS, INCONCLUSIVE, Pool
+from harness.analysis import stats
+from harness.analysis.stats import FAILS, HOLDS, INCONCLUSIVE, Pool
 
 
 def table(**configs) -> pd.DataFrame:

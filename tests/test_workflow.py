@@ -226,7 +226,7 @@ def test_interrupted_run_finishes_when_run_again(tmp_path, sig):
     tok = pd.read_csv(run_dir / "tokens.csv")
     assert len(tok) == 1501 and tok["index"].is_unique
     assert not list(run_dir.glob(".work-*")) and not list(run_dir.glob("*.part"))
-    from harness.limits import CGROOT, PARENT
+    from harness.box.limits import CGROOT, PARENT
 
     stale = [d for d in (CGROOT / "memory" / PARENT).glob("run-*")
              if not Path(f"/proc/{d.name.split('-')[1]}").exists()]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 sys.path.insert(0, workflow.basedir)
 
-from harness import captions as plot_captions
-from harness.compare import TABLES as COMPARED_TABLES
+from harness.report import captions as plot_captions
+from harness.report.compare import TABLES as COMPARED_TABLES
 from harness.config import ConfigError, check, profile_config, study_profiles
-from harness.machines import MachinesError, compare_trees
+from harness.fleet import MachinesError, compare_trees
 
 try:
     RUNS = {r.run_id: r for r in check(config)}

@@ -6,7 +6,7 @@ import logging
 
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
 
-from harness.build import ensure_build
+from harness.build.llama import ensure_build
 from harness.util import atomic_write_json
 
 manifest = ensure_build(snakemake.params.build, snakemake.threads)

@@ -9,10 +9,10 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 import json
 from pathlib import Path
 
-from harness import pagecache
-from harness.ceilings import llama_bench
+from harness.box import pagecache
+from harness.box.ceilings import llama_bench
 from harness.config import cpu_quota_of, profile_limits
-from harness.staging import staged_model
+from harness.models.staging import staged_model
 from harness.util import atomic_write_json
 
 cfg = snakemake.params.config

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.export import write_jsonl
+from harness.report.export import write_jsonl
 
 # results/final is the user-facing copy of results/analysis; assembled aside, renamed into place
 src = Path(snakemake.input.results).parent

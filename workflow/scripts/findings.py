@@ -6,6 +6,6 @@ import logging
 
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
 
-from harness.report import write_findings
+from harness.report.results import write_findings
 
 write_findings(snakemake.input, snakemake.output, snakemake.params.config)

@@ -6,7 +6,7 @@ import logging
 
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
 
-from harness.analysis import disturbed_repeats
+from harness.analysis.metrics import disturbed_repeats
 from harness.util import atomic_write_json
 
 flagged = disturbed_repeats(snakemake.input.records)

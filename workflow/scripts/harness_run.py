@@ -9,9 +9,9 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 import json
 from pathlib import Path
 
-from harness import progress, supervise
+from harness.run import progress, supervise
 from harness.config import check, cpu_quota_of, profile_limits
-from harness.staging import staged_info
+from harness.models.staging import staged_info
 
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
 # on a cluster, the copy on the node's own disk (cluster.local_dir) is what is measured

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.ceilings import expert_slab_bytes, io_ceiling
+from harness.box.ceilings import expert_slab_bytes, io_ceiling
 from harness.config import cpu_quota_of, profile_limits
-from harness.staging import local_dir
+from harness.models.staging import local_dir
 from harness.util import atomic_path
 
 # the disk the models are measured from: the node-local one on a cluster (cluster.local_dir)

@@ -6,7 +6,7 @@ import logging
 
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
 
-from harness.analysis import runs_table
+from harness.analysis.metrics import runs_table
 from harness.util import atomic_path
 
 table = runs_table(snakemake.input.records)

@@ -9,7 +9,7 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 import json
 from pathlib import Path
 
-from harness.models import SHAPES, write_f16
+from harness.models.synthetic import SHAPES, write_f16
 
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
 shape = SHAPES[snakemake.wildcards.shape]

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from harness.util import atomic_path, sha256_file
-from harness.model_file import BadModelFile, check_header
+from harness.models.checks import BadModelFile, check_header
 
 
 def download_hf(spec: dict, dest: os.PathLike, cache_dir: os.PathLike) -> None:

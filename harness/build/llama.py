@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import machine
+from harness.box import identity
 from harness.util import atomic_write_text, sha256_file
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,7 @@ def native_target(flags: tuple[str, ...]) -> str:
     native = [f.split("=", 1)[1].upper() for f in flags if f.startswith("-DGGML_NATIVE=")]
     if not native or native[-1] in ("OFF", "0", "FALSE", "NO"):
         return ""
-    return f"{machine.cpu_model()}|{machine.cpu_flags()}"
+    return f"{identity.cpu_model()}|{identity.cpu_flags()}"
 
 
 def build_key(commit: str, patch_sha256: str, flags: tuple[str, ...], target: str = "") -> str:
@@ -286,7 +286,7 @@ HOOK_SOURCE = Path(__file__).with_name("hook.c")
 
 
 def build_hook(cache_dir: Path) -> Path:
-    """The routing hook's C ask path (harness/hook.c) as a shared library, cached by its sha256;
+    """The routing hook's C ask path (harness/build/hook.c) as a shared library, cached by its sha256;
     it needs no ggml header (the name offset is passed at run time)."""
     key = sha256_file(HOOK_SOURCE)[:16]
     lib = cache_dir / "hook" / key / "libmoehook.so"

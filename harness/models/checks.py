@@ -49,7 +49,7 @@ def check_gguf(path: os.PathLike, expected_sha256: str | None = None) -> dict:
         if actual != expected_sha256:
             raise BadModelFile(f"{path}: sha256 {actual} does not match the expected {expected_sha256}")
     # Truncation: the layout reader checks every tensor's extent against the file size.
-    from harness.layout import LayoutError, read_layout
+    from harness.models.layout import LayoutError, read_layout
 
     try:
         layout = read_layout(path)

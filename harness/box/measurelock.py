@@ -19,7 +19,7 @@ import signal
 import time
 from pathlib import Path
 
-from harness.box import STATE_DIR
+from harness.box.conditions import STATE_DIR
 
 log = logging.getLogger(__name__)
 LOCK_NAME = "measurement.lock"

@@ -3,7 +3,7 @@ runs.csv, tables, plots, the ceilings and baselines, the models' metadata and la
 per-run record the tables cite, and the rules' logs. No model files. Nothing is edited: RESULTS.md's links and
 runs.csv's record paths resolve inside the copy as they did in the run.
 
-    python -m harness.reference <the run's project dir> reference/<machine>-<date> [time.log]
+    python -m harness.report.reference <the run's project dir> reference/<machine>-<date> [time.log]
 
 With the output of `/usr/bin/time -v` around the main job, its wall time, CPU times and peak RSS
 go into `main_job.json` beside the copy (what the README quotes as the main job's duration).

@@ -7,7 +7,7 @@ tree and RESULTS.md. Then results/compare puts every machine side by side with t
 under `compare:` (this machine's `results`, copies brought back from elsewhere), which are read
 and never re-run.
 
-    python -m harness.machines [--dry-run] [NAME ...]   # from the study's directory
+    python -m harness.fleet [--dry-run] [NAME ...]   # from the study's directory
 
 Machines with a profile (cluster machines) run at the same time, each its own Snakemake; then the
 machines without one, one at a time and alone, since they measure this very box; then the
@@ -33,7 +33,7 @@ MACHINES_DIR = "machines"
 CONFIG_FILE = Path("config/experiments.yaml")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
-log = logging.getLogger("harness.machines")
+log = logging.getLogger("harness.fleet")
 
 
 class MachinesError(ValueError):
@@ -106,7 +106,7 @@ def prepare(workdir: Path, config: dict, name: str) -> Path:
     """machines/<name>/config/experiments.yaml, rewritten only when it changes (Snakemake's params
     provenance would otherwise see nothing new, but the file's mtime would)."""
     path = workdir / MACHINES_DIR / name / CONFIG_FILE
-    text = ("# written by python -m harness.machines from the study's config/experiments.yaml: "
+    text = ("# written by python -m harness.fleet from the study's config/experiments.yaml: "
             "edit that one\n" + yaml.safe_dump(machine_config(config, name), sort_keys=False))
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != text:
@@ -180,7 +180,7 @@ def run(workdir: Path, names: list[str] | None = None, dry_run: bool = False) ->
 def main(argv=None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
-    ap = argparse.ArgumentParser(prog="python -m harness.machines", description=__doc__.split("\n\n")[1])
+    ap = argparse.ArgumentParser(prog="python -m harness.fleet", description=__doc__.split("\n\n")[1])
     ap.add_argument("names", nargs="*", help="machines to run (default: every one in machines:)")
     ap.add_argument("--directory", default=".", help="the study's directory (holds config/)")
     ap.add_argument("-n", "--dry-run", action="store_true", help="each Snakemake's dry run only")

@@ -35,8 +35,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import box
-from harness.box import parse_keyed, read_value
+from harness.box import conditions
+from harness.box.conditions import parse_keyed, read_value
 from harness.record import TOKEN_FIELDS
 
 if TYPE_CHECKING:  # the measured process never imports pandas for this module
@@ -97,11 +97,11 @@ class TokenClock:
 
     def __init__(self, files: CounterFiles):
         self.files = files
-        # resolved once: a partition's whole disk (box.whole_disk) is a sysfs walk
+        # resolved once: a partition's whole disk (conditions.whole_disk) is a sysfs walk
         self.dev_stat = None
         if files.device:
             with contextlib.suppress(OSError):
-                self.dev_stat = box.device_stat_file(files.device)
+                self.dev_stat = conditions.device_stat_file(files.device)
 
     def _cgroup_cpu(self) -> tuple[float, float]:
         d = self.files.cpuacct_dir
@@ -147,7 +147,7 @@ class TokenClock:
         return resource.getrusage(resource.RUSAGE_THREAD), [int(time.thread_time_ns()), sched[1]]
 
     def _disk(self) -> tuple[float, int]:
-        st = box.parse_device_stat(read_value(self.dev_stat)) if self.dev_stat else {}
+        st = conditions.parse_device_stat(read_value(self.dev_stat)) if self.dev_stat else {}
         return (st["io_ticks_s"], st["read_bytes"]) if st else (-1.0, -1)
 
     def read(self, before: bool = True) -> Snapshot:

@@ -18,7 +18,7 @@ import gguf
 
 EXPERT_RE = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.weight$")
 
-# the project's own GGUF metadata keys (harness.models writes them, every reader reads these)
+# the project's own GGUF metadata keys (harness.models.synthetic writes them, every reader reads these)
 SYNTHETIC_KEY = "moe_offload_bench.synthetic"
 SEED_KEY = "moe_offload_bench.seed"
 SHAPE_KEY = "moe_offload_bench.shape"

@@ -15,7 +15,7 @@ import math
 import statistics
 from collections.abc import Callable
 
-from harness.limits import CPU_PERIOD_US
+from harness.box.limits import CPU_PERIOD_US
 
 log = logging.getLogger(__name__)
 

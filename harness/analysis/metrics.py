@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import attribution
+from harness.run import attribution
 from harness.contract import Status
 from harness.record import RunRecord, read_run
 
@@ -232,7 +232,7 @@ def summarize(runs: pd.DataFrame, value: str = "tok_per_s") -> pd.DataFrame:
     return out.reset_index()
 
 
-# --- conditions of a verdict (harness.findings holds the rules) ---------------------------
+# --- conditions of a verdict (harness.analysis.findings holds the rules) ---------------------------
 
 
 def writes_share_the_disk(runs: pd.DataFrame, share: float = 0.5) -> tuple[bool, str]:
@@ -369,11 +369,11 @@ def floor_read_bytes(experts: pd.DataFrame, slab_bytes: dict[int, int], cache_by
 
 
 def kernel_cpu_per_byte(runs: pd.DataFrame) -> pd.Series:
-    """Per read path (harness.mechanisms.read_path), the least kernel CPU seconds any ok run of it
+    """Per read path (harness.run.mechanisms.read_path), the least kernel CPU seconds any ok run of it
     spent per byte its cgroup read: the decoding thread's kernel time per steady token over the
     bytes per token. The least, because a floor may not charge more than the cheapest run paid
     (kernel time also holds work other than reading)."""
-    from harness.mechanisms import read_path
+    from harness.run.mechanisms import read_path
 
     need = {"kernel_share", "steady_tok_per_s", "cgroup_read_bytes_per_token", "mechanism"}
     if not need <= set(runs) or runs.empty:
@@ -385,7 +385,7 @@ def kernel_cpu_per_byte(runs: pd.DataFrame) -> pd.Series:
 
 
 def io_patterns(io: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The I/O ceiling's sequential and random-read samples (harness.ceilings); a table from
+    """The I/O ceiling's sequential and random-read samples (harness.box.ceilings); a table from
     before the random reads were measured holds sequential ones only."""
     if "pattern" not in io:
         return io, io.iloc[0:0]
@@ -393,7 +393,7 @@ def io_patterns(io: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def read_path_io_ceilings(io: pd.DataFrame, read_bps: float | None = None) -> dict[str, float]:
-    """Per read path (harness.mechanisms.read_path), bytes/s: the fastest any I/O ceiling sample
+    """Per read path (harness.run.mechanisms.read_path), bytes/s: the fastest any I/O ceiling sample
     of the path's kind ran. O_DIRECT: its sequential and random samples; buffered reads: the
     random buffered ones; faults (the page cache's read-ahead, neither kind): every sample. The
     fastest, because a floor may not assume a read slower than one measured. A kind with no

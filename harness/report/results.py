@@ -21,10 +21,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import analysis, attribution, captions, export, mechanisms
+from harness.analysis import metrics
+from harness.run import attribution, mechanisms
+from harness.report import captions, export
 from harness.record import read_run
-from harness import findings
-from harness import plots
+from harness.analysis import findings
+from harness.report import plots
 from harness.contract import Status
 
 log = logging.getLogger(__name__)
@@ -106,7 +108,7 @@ class Writer:
         self.parts.append(s)
 
     def plot(self, name: str, fig, detail: str = "") -> None:
-        """Save the figure under plots/ with its caption (harness.captions) below it."""
+        """Save the figure under plots/ with its caption (harness.report.captions) below it."""
         caption = " ".join(filter(None, (captions.PLOTS[name], detail)))
         fig.tight_layout()
         path = self.plots / f"{self.prefix}{name}.png"
@@ -120,7 +122,7 @@ def write_findings(inputs, outputs, config: dict) -> None:
     """RESULTS.md with its tables and plots, section by section; in a study of several regimes
     (profiles), the sections from the ceilings to the findings once per regime, then every
     finding's verdicts side by side."""
-    from harness.compare import TABLES
+    from harness.report.compare import TABLES
     from harness.config import study_profiles
 
     d = _load(inputs, config)
@@ -199,7 +201,7 @@ def _load(inputs, config: dict) -> Loaded:
     machines = (pd.DataFrame([r.machine for r in records]).drop_duplicates() if records
                 else pd.DataFrame([{}]))
     q4, q2 = _pair_models(config)
-    all_runs["disturbed"] = analysis.disturbed(all_runs)
+    all_runs["disturbed"] = metrics.disturbed(all_runs)
     # the findings judge only repeats nothing else disturbed (RESULTS.md lists the others)
     judged = all_runs[(all_runs.tokens == run_length) & ~all_runs.disturbed]
     return Loaded(config=config, all_runs=all_runs, runs=judged,
@@ -245,7 +247,7 @@ def _attribution_section(w: Writer, d: Loaded) -> None:
         return
     plots.attribution_plot(w, t)
     w.table("attribution", t, "runs_table")
-    w.text(f"Parts of the decoding thread's wall time (`harness/attribution.py`): they explain a "
+    w.text(f"Parts of the decoding thread's wall time (`harness/run/attribution.py`): they explain a "
            f"token within 10% in {t.identity_ok_share.median():.0%} of tokens (median over "
            f"configurations). A run is disk-bound when I/O wait is at least "
            f"{attribution.BOUND_SHARE:.0%} of its mean steady token, CPU-bound when on-CPU time "
@@ -256,7 +258,7 @@ def _ceilings(w: Writer, d: Loaded, inputs):
     io = pd.read_csv(inputs.io)
     compute = json.loads(Path(inputs.compute).read_text())
     w.text("## Ceilings\n")
-    sequential, random = analysis.io_patterns(io)
+    sequential, random = metrics.io_patterns(io)
     w.text("I/O: O_DIRECT sequential reads of the models' filesystem inside the profile's limits, "
            "with the CPU they cost (user and kernel, ms per MB read).\n")
     io_t = w.table("io_ceiling", sequential[[c for c in (
@@ -273,7 +275,7 @@ def _ceilings(w: Writer, d: Loaded, inputs):
         w.table("io_random_reads", random[["sample", "access", "queue_depth", "block_bytes",
                                            "bytes", "mb_per_s", "cpu_ms_per_mb", "read_bps_limit",
                                            "cpu_quota"]], "io_ceiling")
-    io_by_path = analysis.read_path_io_ceilings(io, d.limits.get("read_bps"))
+    io_by_path = metrics.read_path_io_ceilings(io, d.limits.get("read_bps"))
     moe_row = "MoE fully cached, no RAM budget, --repack 0 (the harness's kernels)"
     comp = pd.DataFrame([
         {"measurement": "dense cold", "model": compute["dense_model"],
@@ -305,13 +307,13 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
     w.text("## Every configuration (median of repeats, min-max)\n")
     w.text(f"The findings below compare the {run_length}-token runs; runs of another length appear "
            "here and, for routing, in findings 2 and 3.\n")
-    summ = analysis.summarize(all_runs)
-    faults = analysis.summarize(all_runs, "majflt_per_token")[["run_id", "median"]].rename(
+    summ = metrics.summarize(all_runs)
+    faults = metrics.summarize(all_runs, "majflt_per_token")[["run_id", "median"]].rename(
         columns={"median": "majflt_per_token"})
     summ = summ.merge(faults, on="run_id", how="left")
     for col in ("read_amplification", "residency_decode_start", "first_token_s",
                 "kernel_read_vs_missing", "hook_s_per_token", "mechanism_s_per_token"):
-        summ = summ.merge(analysis.summarize(all_runs, col)[["run_id", "median"]].rename(
+        summ = summ.merge(metrics.summarize(all_runs, col)[["run_id", "median"]].rename(
             columns={"median": col}), on="run_id", how="left")
     summ["synthetic"] = summ["synthetic"].astype(bool)
     enforced = (all_runs.groupby("run_id").limits_enforced.all() if "limits_enforced" in all_runs
@@ -337,14 +339,14 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
            "(hook_s_per_token x tok/s). `mechanism_s_per_token`: wall time in the mechanism's "
            "own calls (its per-layer work and, for lookahead, its prediction), apart from the "
            "hook's.\n")
-    dist = all_runs[all_runs.disturbed].assign(flag_reason=analysis.flag_reason)
+    dist = all_runs[all_runs.disturbed].assign(flag_reason=metrics.flag_reason)
     w.text(f"### Repeats left out of the verdicts: {len(dist)}\n")
     w.text("A repeat the machine disturbed, by its recorded counters, is left out of the verdicts "
            "(it stays in the table above and in runs.csv, `disturbed`): the rest of the machine "
-           f"read more than {analysis.DISTURBED_READ_BYTES / 1e6:.0f} MB (and over 1% of the "
+           f"read more than {metrics.DISTURBED_READ_BYTES / 1e6:.0f} MB (and over 1% of the "
            "run's own reads) from the models' disk, the host stole more than "
-           f"{analysis.STEAL_BOUND:.0%} of its CPU time, or its mean and median steady token "
-           f"differ by more than {analysis.MEAN_MEDIAN_GAP:.0%}. Unless the config sets "
+           f"{metrics.STEAL_BOUND:.0%} of its CPU time, or its mean and median steady token "
+           f"differ by more than {metrics.MEAN_MEDIAN_GAP:.0%}. Unless the config sets "
            "`rerun_disturbed: false`, it is measured once more at the end of the study "
            "(runs.csv `rerun`): the re-run replaces it in the verdicts unless it is disturbed "
            "too, and then neither counts.\n")
@@ -383,7 +385,7 @@ def _configurations(w: Writer, d: Loaded, inputs) -> pd.DataFrame:
 
 
 def _findings(w: Writer, d: Loaded, io_med, comp_t, moe_ceiling) -> list[dict]:
-    """Each unit of harness.findings judges; this only renders."""
+    """Each unit of harness.analysis.findings judges; this only renders."""
     all_runs, runs, layouts, q4, q2 = d.all_runs, d.runs, d.layouts, d.q4, d.q2
     trace_run = _trace_run(all_runs, q4)
     trace = None
@@ -425,7 +427,7 @@ def _breakdown(w: Writer, runs: pd.DataFrame, summ: pd.DataFrame) -> None:
     cands = summ[(summ.mechanism == "pread+madvise") & summ.run_id.isin(runs.run_id)].sort_values(
         "median", ascending=False)
     if len(cands):
-        bd = analysis.time_breakdown(runs, cands.iloc[0].run_id)
+        bd = metrics.time_breakdown(runs, cands.iloc[0].run_id)
         bd_t = w.table("time_breakdown", pd.DataFrame([bd]), "findings")
         plots.time_breakdown(w, bd_t, bd["run_id"])
         logoff = summ[(summ.mechanism == "pread+madvise") & (~summ.log_experts.astype(bool))]
@@ -470,7 +472,7 @@ def _closing(w: Writer, d: Loaded, verdicts_by: dict[str, list[dict]]) -> None:
            "pooled across configurations (Welch for a configuration an F test finds clearly "
            "noisier); a directional claim needs its interval above no change and an estimate of "
            "at least 10%, fails when the interval excludes 10%, and is inconclusive otherwise; "
-           "families are refuted only after Holm's correction (`harness/stats.py`). Tables show "
+           "families are refuted only after Holm's correction (`harness/analysis/stats.py`). Tables show "
            "medians with min-max; a spread over 25% of the median is flagged `wide_spread`.\n"
            "- These numbers are this machine's, under the limits above, this hour: not a portable "
            "hardware spec, and not the original study's box.\n"
@@ -552,7 +554,7 @@ def _quota_section(w: Writer, inputs, comp_t: pd.DataFrame) -> None:
     if q.get("io_share_target"):
         w.text(f"Calibrated toward an I/O-wait share of {q['io_share_target']} of the steady token "
                f"of pread+madvise+mlock on {q.get('moe_model')} (cold harness runs, "
-               f"harness.attribution): reached {sig(q.get('io_share_at_quota'))}"
+               f"harness.run.attribution): reached {sig(q.get('io_share_at_quota'))}"
                + (f"; {q['reason']}" if q.get("reason") else "") + ".\n")
     elif q.get("steps"):
         w.text(f"Calibration toward {q.get('target_tok_s')} tok/s on the dense model "
@@ -572,7 +574,7 @@ def _distance_section(w: Writer, summ, runs, layouts, io_by_path: dict[str, floa
     w.text("## Distance to the limit\n")
     budget = limits.get("ram_bytes")
     quota = limits.get("cpu_quota")
-    per_byte = analysis.kernel_cpu_per_byte(runs)
+    per_byte = metrics.kernel_cpu_per_byte(runs)
     w.text("The floor of each configuration, per token: the *bytes* any run must read from its "
            "first decode on (Belady's optimal cache of the whole RAM budget, "
            f"{budget} bytes, on the run's own routing trace, started empty, less every byte of "
@@ -607,15 +609,15 @@ def _distance_section(w: Writer, summ, runs, layouts, io_by_path: dict[str, floa
         per_run = []
         for _, r in mine.iterrows():
             resident = (r.residency_decode_start or 0.0) * lay["file_size"]
-            fb = (analysis.floor_read_bytes(ex, slab, budget, resident) / s.tokens
+            fb = (metrics.floor_read_bytes(ex, slab, budget, resident) / s.tokens
                   if ex is not None else float("nan"))
             per_run.append({"run_id": s.run_id, "repeat": r.repeat,
                             "steady_tok_per_s": r.steady_tok_per_s,
                             "decode_read_bytes_per_token": r.get("decode_read_bytes_per_token"),
                             "floor_bytes_per_token": fb,
-                            **analysis.floor_bound(fb, io_bps, compute_s, cost, cpus)})
+                            **metrics.floor_bound(fb, io_bps, compute_s, cost, cpus)})
         pr = pd.DataFrame(per_run)
-        pr["bound_error"] = analysis.bound_errors(pr)
+        pr["bound_error"] = metrics.bound_errors(pr)
         errors.append(pr[pr.bound_error])
         steady = mine.steady_tok_per_s.median()  # the findings' figure: the first token out
         row = {"run_id": s.run_id, "steady_tok_per_s_median": steady, "read_path": path,

@@ -4,7 +4,7 @@ RAM budget: cgroup v2 memory.max / v1 memory.limit_in_bytes (page cache, mlocked
 memory all count). Disk throttle: v2 io.max rbps/wbps / v1 blkio.throttle.{read,write}_bps_device
 on the block device under the model's filesystem. CPU: v2 cpu.max / v1 cpu.cfs_quota_us, in CPUs
 (0.25 = a quarter of one core's time per period, shared by all threads). Read-ahead: the device's
-read_ahead_kb (harness.box), set before the measured process opens the model. Everything is undone
+read_ahead_kb (harness.box.conditions), set before the measured process opens the model. Everything is undone
 in `close()`, which callers run in a `finally` so it also happens when the measured process is
 killed.
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 from pathlib import Path
 
-from harness.attribution import CounterFiles
-from harness.box import BoxError, DeviceReadahead, parse_keyed, read_value
+from harness.run.attribution import CounterFiles
+from harness.box.conditions import BoxError, DeviceReadahead, parse_keyed, read_value
 from harness.util import left_by_dead_process, owner_tag
 
 CGROOT = Path("/sys/fs/cgroup")
@@ -163,7 +163,7 @@ class RunCgroup:
         return d / name if d is not None else None
 
     def counter_files(self) -> CounterFiles:
-        """Where the worker reads its per-token attribution (harness.attribution)."""
+        """Where the worker reads its per-token attribution (harness.run.attribution)."""
         cpu = self._counter("cpu")
         return CounterFiles(
             cpuacct_dir=str(self.dirs[self.CPUACCT]) if self.CPUACCT in self.dirs else None,

@@ -1,7 +1,7 @@
 """The study's findings, one unit each: its claim in the study's words, the runs it needs, the
-tables it rests on, its rule and its verdict. Nothing here renders; harness.report prints the
+tables it rests on, its rule and its verdict. Nothing here renders; harness.report.results prints the
 outcomes. Every comparison is a ratio of steady tok/s with a 90% confidence interval from the
-runs, against a 10% minimum effect (harness.stats); a finding made of several comparisons holds
+runs, against a 10% minimum effect (harness.analysis.stats); a finding made of several comparisons holds
 only when every part holds and is refuted after Holm's correction across its parts.
 """
 
@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from harness import analysis, parameters, stats
-from harness.stats import FAILS, HOLDS, INCONCLUSIVE
+from harness.analysis import metrics, stats
+from harness import parameters
+from harness.analysis.stats import FAILS, HOLDS, INCONCLUSIVE
 from harness.contract import Status
-from harness.stats import Verdict
+from harness.analysis.stats import Verdict
 
 STUDY_ROUTING = {"experts_for_80pct_median": 25.0, "distinct_per_layer_64_tokens": "44-59",
                  "shared_distance_1": 0.357, "shared_distance_8": 0.208}
@@ -34,7 +35,7 @@ MIN_BUDGETS = 4  # a trend against the LRU budget needs four budgets
 
 def _plots():
     """The figures' module, imported when a figure is drawn (matplotlib is not needed to judge)."""
-    from harness import plots
+    from harness.report import plots
 
     return plots
 
@@ -204,7 +205,7 @@ class SkewFinding(Finding):
     def evaluate(self, st):
         if st.trace is None:
             return Outcome(Verdict(INCONCLUSIVE, "no run logged its expert activations"))
-        sk = analysis.skew(st.trace)
+        sk = metrics.skew(st.trace)
         frac = float(sk.experts_for_80pct.median()) / max(st.n_expert, 1)
         if st.trace_synthetic:
             v = Verdict(INCONCLUSIVE, "routing of a synthetic model is not the original's")
@@ -212,7 +213,7 @@ class SkewFinding(Finding):
             v = Verdict(HOLDS if frac >= 0.25 else FAILS,
                         f"the median layer needs {frac:.0%} of its experts for 80%")
         lay = st.layouts.get(st.q4, {})
-        heat = analysis.routing_heatmap(st.trace, lay.get("n_layer", 0), lay.get("n_expert", 0))
+        heat = metrics.routing_heatmap(st.trace, lay.get("n_layer", 0), lay.get("n_expert", 0))
         return Outcome(v, {"finding2_skew": sk},
                        figures=[("routing_heatmap", lambda: _plots().routing_heatmap(heat))])
 
@@ -221,7 +222,7 @@ class LocalityFinding(Finding):
     def evaluate(self, st):
         if st.trace is None:
             return Outcome(Verdict(INCONCLUSIVE, "no run logged its expert activations"))
-        loc = analysis.locality(st.trace)
+        loc = metrics.locality(st.trace)
         by_d = loc.set_index("distance").shared_fraction if len(loc) else pd.Series(dtype=float)
         d1 = float(by_d.get(1, float("nan")))
         if st.trace_synthetic:
@@ -230,7 +231,7 @@ class LocalityFinding(Finding):
             v = Verdict(INCONCLUSIVE, "trace too short")
         else:
             v = Verdict(HOLDS if d1 < 0.5 else FAILS, f"adjacent tokens share {d1:.1%}")
-        sk = analysis.skew(st.trace)
+        sk = metrics.skew(st.trace)
         stats = pd.DataFrame([
             {"statistic": "experts for 80% of a layer's activations (median)",
              "this_run": float(sk.experts_for_80pct.median()),
@@ -245,7 +246,7 @@ class LocalityFinding(Finding):
         stats["this_run"] = stats["this_run"].astype(str)
         # what any expert cache could do on this trace: LRU, LFU and Belady's optimum
         sizes = sorted({max(1, st.n_expert * k // 8) for k in range(1, 9)})
-        cs = analysis.cache_simulation(st.trace, sizes=sizes)
+        cs = metrics.cache_simulation(st.trace, sizes=sizes)
         return Outcome(v, {"finding3_locality": loc, "routing_vs_study": stats,
                            "cache_simulation": cs},
                        figures=[("locality", lambda: _plots().locality(loc)),
@@ -344,7 +345,7 @@ class SwitchesFinding(Finding):
             elif label == "write-in-place":
                 v = stats.above(st.compare(base, sel), WRITE_IN_PLACE_SLOWER,
                                 "pread+madvise over write-in-place")
-                shared, note = analysis.writes_share_the_disk(sel)
+                shared, note = metrics.writes_share_the_disk(sel)
                 if not shared:  # the claim's cause (writes competing with reads) cannot happen here
                     v = Verdict(INCONCLUSIVE, f"{v.reason}; not judged: {note}", v.interval)
             else:

@@ -3,7 +3,7 @@ patched build, hooks the routing decision of every layer, and decodes greedily.
 
 It runs inside the run's cgroup and streams its per-token and per-activation rows to append-only
 `.part` files, flushed after every token, so that if the kernel kills it the supervisor still has
-every token it finished. The supervisor (harness.supervise) turns those into the final records.
+every token it finished. The supervisor (harness.run.supervise) turns those into the final records.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import lib as hlib
-from harness import attribution, libc, pagecache, record
-from harness import mechanisms as mech
+from harness.build import bindings as hlib
+from harness.run import attribution
+from harness import libc, record
+from harness.box import pagecache
+from harness.run import mechanisms as mech
 from harness.contract import WorkerParams
-from harness.layout import Layout
-from harness.limits import read_io_bytes
+from harness.models.layout import Layout
+from harness.box.limits import read_io_bytes
 
 TOPK_PREFIX = b"ffn_moe_topk-"
 # tokens.csv's columns, declared with their units in harness.record
@@ -32,7 +34,7 @@ TOKEN_FIELDS = record.TOKEN_FIELDS
 EXPERT_FIELDS = ["token", "layer", "rank", "expert"]
 
 
-log = logging.getLogger("harness.worker")
+log = logging.getLogger("harness.run.worker")
 
 
 class WorkerError(RuntimeError):
@@ -90,11 +92,11 @@ def rss_bytes() -> int:
 GGML_TYPE_F32, GGML_TYPE_I32 = 0, 26
 
 
-MOE_MAX_SLABS = 4  # harness/hook.c
+MOE_MAX_SLABS = 4  # harness/build/hook.c
 
 
 class NativeHook(ctypes.Structure):
-    """struct moe_hook of harness/hook.c."""
+    """struct moe_hook of harness/build/hook.c."""
 
     _fields_ = [("observe", ctypes.c_void_p), ("route", ctypes.c_void_p),
                 ("off_type", ctypes.c_size_t), ("off_ne", ctypes.c_size_t),
@@ -128,7 +130,7 @@ ROUTE_FN = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_int32, ctypes.POINTER(ctypes
 
 
 class NativeRouting:
-    """The C routing path (harness/hook.c) and the buffers it fills, owned here so they live as
+    """The C routing path (harness/build/hook.c) and the buffers it fills, owned here so they live as
     long as the context. After each decode, `collect` moves what C recorded into the RoutingHook,
     so the token row is built the same way whichever path observed the routing."""
 

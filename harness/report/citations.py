@@ -84,7 +84,7 @@ def unit_of(column: str) -> str:
     for pattern, unit in UNIT_OF_COLUMN:
         if re.search(pattern, column):
             return unit
-    raise CitationError(f"column {column!r} has no known unit (harness.citations.UNIT_OF_COLUMN)")
+    raise CitationError(f"column {column!r} has no known unit (harness.report.citations.UNIT_OF_COLUMN)")
 
 
 def _csv_value(path: Path, fragment: str) -> tuple[float, str]:

@@ -34,7 +34,7 @@ COLORS = {"io_wait": "tab:blue", "kernel": "tab:orange", "user": "tab:green", "h
 
 def attribution_plot(w, t: pd.DataFrame) -> None:
     """Per configuration, the mean steady token's wall time stacked by its parts."""
-    from harness.attribution import PARTS
+    from harness.run.attribution import PARTS
 
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(t) + 1.8))
     y = np.arange(len(t))

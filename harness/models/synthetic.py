@@ -34,9 +34,9 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from harness.layout import (EXPERT_WEIGHTS_KEY, SCALES_KEY, SEED_KEY, SHAPE_KEY, SYNTHETIC_KEY,
+from harness.models.layout import (EXPERT_WEIGHTS_KEY, SCALES_KEY, SEED_KEY, SHAPE_KEY, SYNTHETIC_KEY,
                             is_expert_tensor)
-from harness.lib import ggml_base
+from harness.build.bindings import ggml_base
 from harness.util import atomic_path, atomic_write_text
 
 log = logging.getLogger(__name__)

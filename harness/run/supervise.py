@@ -22,16 +22,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import attribution, libc, measurelock, pagecache, parameters
+from harness.run import attribution
+from harness import libc, parameters
+from harness.box import measurelock, pagecache
 from harness import record as run_record
-from harness.box import BoxRecord
+from harness.box.conditions import BoxRecord
 from harness.contract import Status, WorkerParams
-from harness.limits import Limits, RunCgroup
-from harness.machine import machine_info
-from harness.mechanisms import REGISTRY, writes_model
+from harness.box.limits import Limits, RunCgroup
+from harness.box.identity import machine_info
+from harness.run.mechanisms import REGISTRY, writes_model
 from harness.util import (atomic_path, atomic_write_json, left_by_dead_process, owner_tag, sha256_file,
                           with_wait_policy)
-from harness.model_file import check_header
+from harness.models.checks import check_header
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +245,7 @@ def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, watch_pid=No
     box = BoxRecord(cg.in_force.get("device")).begin()
     t0 = time.monotonic()
     with open(work / "worker.log", "w") as wlog:
-        proc = subprocess.Popen([sys.executable, "-m", "harness.worker", str(work / "params.json")],
+        proc = subprocess.Popen([sys.executable, "-m", "harness.run.worker", str(work / "params.json")],
                                 stdout=wlog, stderr=subprocess.STDOUT, env=env,
                                 preexec_fn=_worker_preexec(cg))
         try:
@@ -262,7 +264,7 @@ def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, watch_pid=No
 
 def _collect(work: Path, out: Path, spec: dict) -> dict:
     """The worker's streamed rows as final CSVs (also when it was killed) and its summary."""
-    from harness.worker import EXPERT_FIELDS, TOKEN_FIELDS
+    from harness.run.worker import EXPERT_FIELDS, TOKEN_FIELDS
 
     shutil.copyfile(work / "worker.log", out / "worker.log")
     n_tok_rows = _finalize_csv(work / "tokens.csv.part", out / "tokens.csv", ",".join(TOKEN_FIELDS))

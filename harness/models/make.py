@@ -8,10 +8,10 @@ import logging
 import time
 from pathlib import Path
 
-from harness import fetch, models
-from harness.build import default_cache_dir
+from harness.models import fetch, synthetic
+from harness.build.llama import default_cache_dir
 from harness.util import atomic_write_json, sha256_file
-from harness.model_file import check_gguf
+from harness.models.checks import check_gguf
 
 log = logging.getLogger(__name__)
 
@@ -22,19 +22,19 @@ def make_model(name: str, spec: dict, manifest_path: str, f16: str | None, out_g
     t0 = time.time()
     src = spec["source"]
     if src == "synthetic":
-        models.quantize(manifest, Path(f16), Path(out_gguf), spec["quant"], threads)
+        synthetic.quantize(manifest, Path(f16), Path(out_gguf), spec["quant"], threads)
     elif src == "huggingface":
         fetch.download_hf(spec, out_gguf, default_cache_dir() / "hf")
     else:
         fetch.link_local(spec, out_gguf)
     layout = check_gguf(out_gguf)
-    synthetic, seed = layout["synthetic"], layout["seed"]
+    is_synthetic, seed = layout["synthetic"], layout["seed"]
     info = {"name": name, "path": str(Path(out_gguf).resolve()), "source": src,
-            "quant": spec.get("quant"), "shape": spec.get("shape"), "synthetic": synthetic,
+            "quant": spec.get("quant"), "shape": spec.get("shape"), "synthetic": is_synthetic,
             "seed": seed, "sha256": sha256_file(out_gguf), "bytes": Path(out_gguf).stat().st_size,
             "seconds": round(time.time() - t0, 2)}
     if src == "huggingface":
         info.update(repo=spec["repo"], file=spec["file"], revision=spec["revision"])
     atomic_write_json(out_info, info)
-    log.info(f"model {name}: {info['bytes']} bytes, synthetic={synthetic}, {info['seconds']} s")
+    log.info(f"model {name}: {info['bytes']} bytes, synthetic={is_synthetic}, {info['seconds']} s")
     return info

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from harness import parameters
-from harness.layout import Layout
+from harness.models.layout import Layout
 from harness.libc import (
     MADV_DONTNEED,
     MADV_POPULATE_READ,

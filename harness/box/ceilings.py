@@ -23,11 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-from harness import libc, measurelock, pagecache
+from harness import libc
+from harness.box import measurelock, pagecache
 from harness.contract import Status
-from harness.limits import Limits, RunCgroup
+from harness.box.limits import Limits, RunCgroup
 from harness.parameters import BY_NAME
-from harness.supervise import utcnow
+from harness.run.supervise import utcnow
 from harness.util import left_by_dead_process, owner_tag, with_wait_policy
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def odirect_read(path: str, offset: int, nbytes: int) -> dict:
     return {"mb_per_s": nbytes / dt / 1e6, "cpu_s": cpu}
 
 
-# the access kinds of the random-read samples, named as harness.mechanisms.read_path names them
+# the access kinds of the random-read samples, named as harness.run.mechanisms.read_path names them
 BUFFERED, ODIRECT = "buffered read", "O_DIRECT"
 PAGE = 4096
 
@@ -196,7 +197,7 @@ def io_ceiling(scratch_dir: Path, samples_mib: list[int], limits: Limits, slab_b
 
 def _sample(scratch_dir: Path, limits: Limits, argv_tail: list[str], i: int) -> tuple[dict, dict]:
     """One sample in its own process inside a fresh cgroup with the profile's limits."""
-    argv = [sys.executable, "-m", "harness.ceilings", *argv_tail]
+    argv = [sys.executable, "-m", "harness.box.ceilings", *argv_tail]
     res_path = scratch_dir / f".io-{owner_tag()}-{i}.json"
     with open(res_path, "w") as out:
         rc, in_force = in_cgroup(limits, argv, stdout=out)
@@ -298,13 +299,13 @@ IO_SHARE_RUN = {"mechanism": "pread+madvise", "mlock_non_expert": True, "tokens"
 def io_share_calibration(config: dict, manifest: dict, model: str, model_info: dict, layout: str,
                          target: float, prompt: str | None = None) -> dict:
     """The CPU quota under which pread+madvise+mlock on the MoE model spends `target` of its
-    steady token waiting on I/O (harness.attribution), each step a cold harness run."""
+    steady token waiting on I/O (harness.run.attribution), each step a cold harness run."""
     import tempfile
 
     import pandas as pd
 
-    from harness import attribution, supervise
-    from harness.calibrate import calibrate_io_share
+    from harness.run import attribution, supervise
+    from harness.box.calibrate import calibrate_io_share
     from harness.config import adhoc_spec, profile_limits
 
     prof = config["profiles"][config["profile"]]
