@@ -225,7 +225,7 @@ def summarize(runs: pd.DataFrame, value: str = "tok_per_s") -> pd.DataFrame:
     out["n"] = out["n"].fillna(0).astype(int)
     first = runs.drop_duplicates("run_id").set_index("run_id")
     for col in ("model", "quant", "synthetic", "mechanism", "mlock_non_expert", "log_experts",
-                "lru_budget_mb", "prefetch_threads", "tokens"):
+                "lru_budget_mb", "prefetch_threads", "omp_wait_policy", "tokens"):
         if col in first:  # hand-made tables may carry only some of them
             out[col] = first[col]
     out["statuses"] = statuses

@@ -201,7 +201,8 @@ def _load(inputs, config: dict) -> Loaded:
     machines = (pd.DataFrame([r.machine for r in records]).drop_duplicates() if records
                 else pd.DataFrame([{}]))
     q4, q2 = _pair_models(config)
-    all_runs["disturbed"] = metrics.disturbed(all_runs)
+    if "disturbed" not in all_runs:  # runs.csv has carried it since format 2 of the run record
+        all_runs["disturbed"] = metrics.disturbed(all_runs)
     # the findings judge only repeats nothing else disturbed (RESULTS.md lists the others)
     judged = all_runs[(all_runs.tokens == run_length) & ~all_runs.disturbed]
     return Loaded(config=config, all_runs=all_runs, runs=judged,
