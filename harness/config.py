@@ -175,6 +175,10 @@ def check_run_values(config: dict, entry: str, vals: dict) -> None:
     if not isinstance(vals.get("prompt"), str) or not vals["prompt"].strip():
         raise ConfigError(f"{where}.prompt: {vals.get('prompt')!r} is empty; the run decodes from a "
                           "prompt of at least one non-blank character")
+    # a closed set of values (the schema's enums hold for list items only)
+    for p in parameters.PARAMETERS:
+        if p.choices and vals.get(p.name) is not None and vals[p.name] not in p.choices:
+            raise ConfigError(f"{where}.{p.name}: {vals[p.name]!r} is not one of {list(p.choices)}")
     base = vals.get("lookahead_base", "madvise")
     if base not in REGISTRY or base == "lookahead":
         raise ConfigError(f"{where}.lookahead_base: {base!r} is not one of the base mechanisms: "

@@ -138,6 +138,11 @@ BAD = {
                                          "'laptop' is not one of the profiles"),
     "an I/O-share target of 1": (_set(["profiles", "seed-box", "io_share_target"], 1.0),
                                  "io_share_target"),
+    "an unknown OpenMP wait policy": (_set(["experiments", "madvise", "omp_wait_policy"], "sleepy"),
+                                      "'sleepy' is not one of ['default', 'passive', 'active']"),
+    "a queue depth of 1000": (_set(["ceilings", "random_queue_depths"], [1, 1000]),
+                              "1000 is greater than the maximum of 256"),
+    "random reads of 64 GiB": (_set(["ceilings", "random_read_mib"], 65536), "random_read_mib"),
 }
 
 
