@@ -243,7 +243,7 @@ def _random_samples(test: Path, scratch_dir: Path, limits: Limits, slab_bytes: i
                 "random", str(test), access, str(depth), str(block), str(random_mib << 20), str(i)], i)
             rows.append(_row(i, scratch_dir, "random", access, depth, block, None, res["bytes"],
                              res, start, in_force))
-            log.info(f"io ceiling sample {i}: random {access} reads of {block} bytes at queue depth "
+            log.info(f"io ceiling sample {i}: random reads ({access}) of {block} bytes at queue depth "
                      f"{depth}: {res['mb_per_s']:.1f} MB/s, {rows[-1]['cpu_ms_per_mb']:.2f} ms CPU/MB")
             i += 1
     return rows
