@@ -68,7 +68,7 @@ def test_read_ahead_left_by_a_killed_run_is_restored_by_the_next(device, tmp_pat
 
 def test_read_ahead_held_by_a_live_process_is_an_error(device, tmp_path, monkeypatch):
     dev, _ = device
-    monkeypatch.setattr(box, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(conditions, "STATE_DIR", tmp_path / "state")
     (tmp_path / "state").mkdir()
     sleeper = subprocess.Popen(["sleep", "30"])
     try:

@@ -130,8 +130,8 @@ def test_recency_knobs_are_in_the_weights_and_off_when_zero(manifest, tmp_path, 
     assert np.allclose(on["blk.0.attn_q_norm.weight"], synthetic.QK_NORM_GAIN)
     assert shape.n_head_kv == shape.n_head
 
-    monkeypatch.setattr(models, "EMBED_SHARED", 0.0)
-    monkeypatch.setattr(models, "QK_NORM_GAIN", 1.0)
+    monkeypatch.setattr(synthetic, "EMBED_SHARED", 0.0)
+    monkeypatch.setattr(synthetic, "QK_NORM_GAIN", 1.0)
     off = _f16_tensors(manifest, tmp_path, "off.gguf")
     unit = off["token_embd.weight"][:2000]
     unit = unit / np.linalg.norm(unit, axis=1, keepdims=True)
