@@ -4,7 +4,7 @@
 
 rule build_llama:
     input:
-        patch=os.path.join(workflow.basedir, "harness", "llama.cpp.patch"),
+        patch=os.path.join(workflow.basedir, "harness", "build", "llama.cpp.patch"),
     output:
         manifest=MANIFEST,
     params:
