@@ -26,7 +26,7 @@ from harness.config import check
 from tests.slurm_cluster import PARTITION, Cluster
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = "reference/vm-2026-12-04/results"
+REFERENCE = "reference/vm-2026-12-04b/results"
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def cluster_run(cluster, tmp_path_factory):
                        "args": ["--slurm-init-seconds-before-status-checks", "2"]},
         "this-machine": {},
     }
-    cfg["compare"] = {"vm-2026-12-04": str(ROOT / REFERENCE)}
+    cfg["compare"] = {"vm-2026-12-04b": str(ROOT / REFERENCE)}
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     bin_dir = Path(sys.executable).parent
     env = dict(cluster.env(), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
@@ -101,7 +101,7 @@ def test_machines_compare_side_by_side_with_a_tree_brought_back(cluster, cluster
     assert not (wd / "results/final").exists()  # the study directory itself measured nothing
     text = (wd / "results/compare/COMPARE.md").read_text()
     machines = pd.read_csv(wd / "results/compare/machines.csv").set_index("fact")
-    assert list(machines.columns) == ["vm-2026-12-04", "slurm-node", "this-machine"]
+    assert list(machines.columns) == ["vm-2026-12-04b", "slurm-node", "this-machine"]
     assert machines.loc["slurm_partition", "slurm-node"] == PARTITION
     assert pd.isna(machines.loc["slurm_partition"].get("this-machine"))
     # every configuration of the .test study, measured on both machines, with its range and n
