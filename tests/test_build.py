@@ -24,7 +24,7 @@ def test_a_native_build_is_keyed_by_the_cpu_it_targets(monkeypatch):
     assert "|" in here and llama.identity.cpu_flags() in here and len(llama.identity.cpu_flags()) > 10
     assert llama.native_target(("-DGGML_NATIVE=ON", "-DGGML_NATIVE=OFF")) == ""  # the last wins
     assert llama.native_target(("-DX=1",)) == ""
-    monkeypatch.setattr(llama.machine, "cpu_flags", lambda: "fpu sse2")  # a CPU without AVX
+    monkeypatch.setattr(llama.identity, "cpu_flags", lambda: "fpu sse2")  # a CPU without AVX
     assert llama.native_target(native) != here
     assert llama.native_target(("-DGGML_NATIVE=OFF",)) == ""
 
