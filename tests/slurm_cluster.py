@@ -5,8 +5,9 @@ state, sockets, logs and configuration in one directory, on ports of their own, 
 host's (/etc/slurm, /run/munge, a system MariaDB) is read or changed; clients find the cluster
 through SLURM_CONF (Cluster.env). One exception: the executor plugin's job step drops every SLURM_*
 variable before its nested `srun`, which then reads the default /etc/slurm/slurm.conf; so while the
-cluster is up that path is a symlink to this cluster's file (only where no slurm.conf exists: a
-machine with its own SLURM installation is refused). Accounting goes through slurmdbd into MariaDB because the
+cluster is up that path is a symlink to this cluster's file (only where no slurm.conf exists, or
+where the link was left by a test cluster whose process is gone: a machine with its own SLURM
+installation is refused). Accounting goes through slurmdbd into MariaDB because the
 Snakemake executor plugin asks `sacct` for job states.
 
     python tests/slurm_cluster.py DIR     # bring one up by hand (Ctrl-C tears it down)
@@ -33,6 +34,9 @@ DEFAULT_CONF = Path("/etc/slurm/slurm.conf")
 CLUSTER = "moebench"
 PARTITION = "bench"
 ACCOUNT = "bench"
+# the first line of a test cluster's slurm.conf: names the process that owns the cluster, so a link
+# left behind by a killed test run can be told from a SLURM installation of the machine's own
+MARKER = "# moe-offload-bench test cluster, owner pid "
 
 
 class ClusterError(RuntimeError):
@@ -47,6 +51,22 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stale_test_link(link: Path = DEFAULT_CONF) -> bool:
+    """Whether `link` is a symlink a test cluster left behind: dangling, or to a test cluster's
+    configuration whose owner process has exited (a test run killed before its teardown)."""
+    if not link.is_symlink():
+        return False
+    if not link.exists():
+        return True
+    first = link.read_text(errors="replace").split("\n", 1)[0]
+    if not first.startswith(MARKER):
+        return False
+    try:
+        return not psutil.pid_exists(int(first[len(MARKER):]))
+    except ValueError:
+        return False
 
 
 def _which(name: str) -> str:
@@ -84,10 +104,10 @@ class Cluster:
             (self.root / d).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
         if DEFAULT_CONF.exists() or DEFAULT_CONF.is_symlink():
-            if not (DEFAULT_CONF.is_symlink() and not DEFAULT_CONF.exists()):
+            if not stale_test_link():
                 raise ClusterError(f"{DEFAULT_CONF} exists: this machine has a SLURM installation "
                                    "of its own, which the test cluster would shadow")
-            DEFAULT_CONF.unlink()  # a dangling link left by a test cluster that was killed
+            DEFAULT_CONF.unlink()  # left by a test cluster that was killed
         try:
             DEFAULT_CONF.parent.mkdir(parents=True, exist_ok=True)
             DEFAULT_CONF.symlink_to(self.conf)
@@ -190,6 +210,7 @@ class Cluster:
         mem_mb = psutil.virtual_memory().total // 2**20 - 512
         cpus = os.cpu_count()
         self.conf.write_text(
+            f"{MARKER}{os.getpid()}\n"
             f"ClusterName={CLUSTER}\nSlurmctldHost={self.node}\n{auth}"
             f"SlurmctldPort={self.ports['ctld']}\nSlurmdPort={self.ports['slurmd']}\n"
             f"SlurmUser={user}\nSlurmdUser=root\n"

@@ -23,10 +23,28 @@ import pytest
 import yaml
 
 from harness.config import check
-from tests.slurm_cluster import PARTITION, Cluster
+from tests.slurm_cluster import MARKER, PARTITION, Cluster, stale_test_link
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = "reference/vm-2026-12-04b/results"
+
+
+def test_only_a_link_a_killed_test_cluster_left_is_taken_over(tmp_path):
+    """The cluster replaces /etc/slurm/slurm.conf only where a killed test run left its link."""
+    link, conf = tmp_path / "slurm.conf", tmp_path / "target.conf"
+    link.symlink_to(conf)
+    assert stale_test_link(link)  # dangling
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    conf.write_text(f"{MARKER}{gone.pid}\nClusterName=x\n")
+    assert stale_test_link(link)  # its owner has exited
+    conf.write_text(f"{MARKER}{os.getpid()}\nClusterName=x\n")
+    assert not stale_test_link(link)  # a cluster that is up
+    conf.write_text("ClusterName=site\n")
+    assert not stale_test_link(link)  # the machine's own SLURM, linked from elsewhere
+    link.unlink()
+    link.write_text("ClusterName=site\n")
+    assert not stale_test_link(link)  # a file of the machine's own
 
 
 @pytest.fixture(scope="module")
