@@ -67,7 +67,7 @@ class RunSpec:
     prefetch_threads: int
     time_limit_s: float
     evict_after_load: bool = False
-    omp_wait_policy: str = "default"
+    omp_wait_policy: str = "passive"
     lookahead_base: str = "madvise"
     lookahead_experts: int = 8
     lookahead_layers: int = 1
@@ -77,6 +77,7 @@ class RunSpec:
     cache_budget_mb: int = 900
     io_depth: int = 4
     predict_experts: int = 8
+    warm_start: bool = True
     profile: str = ""  # the machine profile (regime) the run is measured under
 
     def as_dict(self) -> dict:

@@ -34,6 +34,16 @@ class Parameter:
         return "--" + self.name.replace("_", "-")
 
 
+# values a parameter had under another name in older records and runs tables
+# (format 2 and earlier wrote libgomp's own wait policy as `default`)
+RENAMED_VALUES: dict[str, dict[str, str]] = {"omp_wait_policy": {"default": "libgomp"}}
+
+
+def current_value(name: str, value):
+    """A parameter's value under its current name (an older record's name converted)."""
+    return RENAMED_VALUES.get(name, {}).get(value, value) if isinstance(value, str) else value
+
+
 PARAMETERS: tuple[Parameter, ...] = (
     Parameter("model", str, None, "a model name of `models:`", worker=False),
     Parameter("mechanism", str, None, "the prefetch mechanism (harness/run/mechanisms.py)",
@@ -53,11 +63,13 @@ PARAMETERS: tuple[Parameter, ...] = (
               "entries", minimum=1, sweepable=False),
     Parameter("time_limit_s", float, 1800, "per-run wall limit; a run past it is recorded as "
               "`killed: time`", unit="s", minimum=0, sweepable=False, cli=("--time-limit",)),
-    Parameter("omp_wait_policy", str, "default",
-              "how llama.cpp's idle OpenMP threads wait at a barrier: `default` (libgomp's own: "
-              "spin a while, then sleep), `passive` (sleep at once) or `active` (spin); the "
-              "worker's `OMP_WAIT_POLICY`. Under a CPU quota a spinning thread spends the quota "
-              "the kernel's reads need", choices=("default", "passive", "active"),
+    Parameter("omp_wait_policy", str, "passive",
+              "how llama.cpp's idle OpenMP threads wait at a barrier: `passive` (sleep at once), "
+              "`libgomp` (libgomp's own default: spin a while, then sleep) or `active` (spin); "
+              "the worker's `OMP_WAIT_POLICY`, and llama-bench's in the ceilings. Under a CPU "
+              "quota a spinning thread spends the quota the kernel's reads need: passive waiting "
+              "was faster under seed-box and no slower under disk-box (finding 12, "
+              "reference/vm-2026-12-04b)", choices=("passive", "libgomp", "active"),
               cli=("--omp-wait-policy",)),
     Parameter("evict_after_load", bool, False,
               "page the expert tensors out after the load (`MADV_PAGEOUT`, `FADV_DONTNEED`) so "
@@ -78,6 +90,9 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("io_depth", int, 4, "odirect-cache: O_DIRECT reads in flight at once (reader "
               "threads)", minimum=1, maximum=64, mechanisms=("odirect-cache",),
               cli=("--io-depth",)),
+    Parameter("warm_start", bool, True, "odirect-cache: before the first token, copy the "
+              "slabs the model's load left in the page cache into the cache (up to its budget) "
+              "instead of starting it empty", mechanisms=("odirect-cache",)),
     Parameter("predict_experts", int, 8, "odirect-cache: experts of the next layer predicted "
               "from this layer's `ffn_norm` output and read in the background (0: none)",
               minimum=0, mechanisms=("odirect-cache",), cli=("--predict-experts",)),

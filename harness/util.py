@@ -83,10 +83,10 @@ def _is_hex(s: str) -> bool:
 
 def with_wait_policy(env: dict, policy: str) -> dict:
     """The environment of a process that runs llama.cpp's OpenMP threads: OMP_WAIT_POLICY set to
-    `policy` (harness.parameters' omp_wait_policy), or absent for libgomp's own default, whatever
-    the caller's shell set. libgomp reads it once, when it is loaded."""
+    `policy` (harness.parameters' omp_wait_policy), or absent for `libgomp` (its own default),
+    whatever the caller's shell set. libgomp reads it once, when it is loaded."""
     env = dict(env)
     env.pop("OMP_WAIT_POLICY", None)
-    if policy != "default":
+    if policy != "libgomp":
         env["OMP_WAIT_POLICY"] = policy.upper()
     return env

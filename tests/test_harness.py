@@ -368,15 +368,15 @@ def test_cli_runs_one_configuration_by_hand(manifest, tiny_models, tmp_path):
     model.write_bytes(open(tiny_models["olmoe-tiny-Q2_K"]["gguf"], "rb").read())
     res = subprocess.run([sys.executable, "-m", "harness", "-m", str(model), "--mechanism", "populate",
                           "-n", "6", "-q", "--manifest", str(mpath), "-o", str(tmp_path / "out"),
-                          "--omp-wait-policy", "passive"],
+                          "--omp-wait-policy", "active"],
                          capture_output=True, text=True,
-                         env=dict(os.environ, OMP_WAIT_POLICY="ACTIVE"))  # the shell's is overridden
+                         env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))  # the shell's is overridden
     assert res.returncode == 0, res.stderr[-2000:]
     rec = json.loads(res.stdout)
     assert rec["status"] == "ok" and rec["tokens_completed"] == 6
     # the worker's OpenMP threads waited as asked, and the record says so
-    assert rec["spec"]["omp_wait_policy"] == "passive"
-    assert rec["attribution_sources"]["omp_wait_policy"] == "PASSIVE"
+    assert rec["spec"]["omp_wait_policy"] == "active"
+    assert rec["attribution_sources"]["omp_wait_policy"] == "ACTIVE"
     assert rec["summary"]["byte_accounting_ok"] is True
     assert (tmp_path / "m.layout.json").exists()
     # logging off: no activation rows, only the header
@@ -388,7 +388,7 @@ def test_the_wait_policy_reaches_the_environment_or_leaves_libgomps_default():
 
     shell = {"OMP_WAIT_POLICY": "ACTIVE", "PATH": "/bin"}
     assert with_wait_policy(shell, "passive") == {"OMP_WAIT_POLICY": "PASSIVE", "PATH": "/bin"}
-    assert with_wait_policy(shell, "default") == {"PATH": "/bin"}
+    assert with_wait_policy(shell, "libgomp") == {"PATH": "/bin"}
     assert shell["OMP_WAIT_POLICY"] == "ACTIVE"  # the caller's dict is not changed
 
 
@@ -525,15 +525,18 @@ def test_write_in_place_writes_count_against_the_run_only_with_sync_writeback(ma
 @pytest.fixture(scope="module")
 def odirect_runs(manifest, tiny_models, tmp_path_factory):
     """odirect-cache cold, at budget 0 and at a budget that holds the whole tiny model, without
-    and with prediction."""
+    and with prediction; and warm (what the load left cached copied in) at that budget and at
+    one that holds a single megabyte."""
     model = tiny_models["olmoe-tiny-Q4_K_M"]
     out = {}
-    for label, kw in (("b0", {"cache_budget_mb": 0, "predict_experts": 0}),
-                      ("b900", {"cache_budget_mb": 900, "predict_experts": 0}),
-                      ("b900-predict", {"cache_budget_mb": 900, "predict_experts": 3})):
+    cold = {"evict_after_load": True}
+    for label, kw in (("b0", {"cache_budget_mb": 0, "predict_experts": 0, **cold}),
+                      ("b900", {"cache_budget_mb": 900, "predict_experts": 0, **cold}),
+                      ("b900-predict", {"cache_budget_mb": 900, "predict_experts": 3, **cold}),
+                      ("b900-warm", {"cache_budget_mb": 900, "predict_experts": 0}),
+                      ("b1-warm", {"cache_budget_mb": 1, "predict_experts": 0})):
         d = tmp_path_factory.mktemp("odirect-" + label)
-        rec = run(manifest, model, d, spec("odirect-cache", tokens=8, evict_after_load=True,
-                                           io_depth=4, **kw))
+        rec = run(manifest, model, d, spec("odirect-cache", tokens=8, io_depth=4, **kw))
         out[label] = (rec, pd.read_csv(d / "tokens.csv"))
     return out
 
@@ -552,6 +555,23 @@ def test_odirect_cache_keeps_nothing_at_budget_0_and_hits_when_it_may_keep(odire
     assert tok9.bytes_read.iloc[0] == tok9.bytes_routed.iloc[0]  # the prompt starts cold
     # memory follows the budget: what it keeps shows in the process's resident set
     assert tok0.rss_bytes.max() <= tok9.rss_bytes.max()
+
+
+def test_odirect_cache_warm_start_copies_what_the_load_cached_within_its_budget(odirect_runs):
+    rec, tok = odirect_runs["b900-warm"]
+    cold_rec, cold = odirect_runs["b900"]
+    small_rec, _ = odirect_runs["b1-warm"]
+    for r in (rec, small_rec):
+        assert r["status"] == "ok" and r["summary"]["byte_accounting_ok"] is True
+    assert cold_rec["summary"]["bytes_warm_start"] == 0  # evicted: nothing resident to copy
+    # the load leaves the tiny model cached: its slabs start in the cache, so the prompt reads
+    # less than it routes, and the run less than the cold one
+    assert rec["summary"]["bytes_warm_start"] > 2**20
+    assert tok.bytes_read.iloc[0] < tok.bytes_routed.iloc[0]
+    assert tok.bytes_read.sum() < cold.bytes_read.sum()
+    # never beyond the budget: one megabyte holds a few of the tiny model's slabs at most
+    assert 0 < small_rec["summary"]["bytes_warm_start"] <= 2**20
+    assert rec["summary"]["generated_tokens"] == cold_rec["summary"]["generated_tokens"]
 
 
 def test_odirect_cache_reads_the_predicted_slabs_ahead(odirect_runs):

@@ -64,12 +64,28 @@ def test_format_1_is_converted_and_takes_the_not_recorded_values(tmp_path):
     assert rec.format == record.FORMAT_VERSION and rec.spec.rerun is False
     assert rec.summary == WorkerSummary() and rec.limits_in_force == {}
     assert rec.spec.tokens == 32 and rec.spec.lookahead_call == "madvise"  # the registry's defaults
+    # ... but for a default that changed since: every such run waited as libgomp does
+    assert rec.spec.omp_wait_policy == "libgomp"
+
+
+def test_format_2_reads_renamed_values_under_their_new_names():
+    base = dataclasses.asdict(full_record())
+    v2 = {**base, "format": 2, "spec": {**base["spec"], "omp_wait_policy": "default"}}
+    assert record.from_dict(v2).spec.omp_wait_policy == "libgomp"
+    v2["spec"]["omp_wait_policy"] = "passive"
+    assert record.from_dict(v2).spec.omp_wait_policy == "passive"
+    del v2["spec"]["omp_wait_policy"]
+    assert record.from_dict(v2).spec.omp_wait_policy == "libgomp"
+    # the current format is read as written: a missing key takes the registry's default
+    v3 = {**base, "spec": {k: v for k, v in base["spec"].items() if k != "omp_wait_policy"}}
+    assert record.from_dict(v3).spec.omp_wait_policy == "passive"
 
 
 def test_a_newer_format_or_an_unknown_field_is_refused_naming_it(tmp_path):
     base = dataclasses.asdict(full_record())
-    with pytest.raises(RecordError, match=rf"format 3 is newer .*formats 1 to {record.FORMAT_VERSION}"):
-        record.from_dict({**base, "format": 3})
+    newer = record.FORMAT_VERSION + 1
+    with pytest.raises(RecordError, match=rf"format {newer} is newer .*formats 1 to {record.FORMAT_VERSION}"):
+        record.from_dict({**base, "format": newer})
     with pytest.raises(RecordError, match="does not know: gpu_watts"):
         record.from_dict({**base, "gpu_watts": 12})
     with pytest.raises(RecordError, match="summary: .*does not know: tflops"):

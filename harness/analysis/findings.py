@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from harness.analysis import metrics, stats
-from harness import parameters
 from harness.analysis.stats import FAILS, HOLDS, INCONCLUSIVE
 from harness.contract import Status
 from harness.analysis.stats import Verdict
@@ -28,8 +27,8 @@ WRITE_IN_PLACE_SLOWER = 2.0  # the study: write-in-place "over 2x slower"
 DISK_GATED = 0.5  # pread time is disk-gated when the thread waits on I/O for most of it
 DESIGNED_SPEEDUP = 1.5  # the mechanism designed from the attribution must beat the study's best by it
 WAIT_SPEEDUP = 1.10  # finding 12: passive waiting must be worth at least the minimum effect
-# the OpenMP wait policy every finding but 12 compares (harness.parameters' default)
-DEFAULT_WAIT = parameters.BY_NAME["omp_wait_policy"].default
+# finding 12's baseline: libgomp's own wait policy, which every run had before it was a parameter
+LIBGOMP_WAIT = "libgomp"
 MIN_BUDGETS = 4  # a trend against the LRU budget needs four budgets
 
 
@@ -43,6 +42,12 @@ def _plots():
 def _rng(s: pd.Series) -> str:
     s = s.dropna()
     return f"{s.min():.3g}-{s.max():.3g}" if len(s) else "-"
+
+
+def _interval_columns(iv: stats.Interval | None, name: str = "ratio") -> dict:
+    """A comparison's table columns: its ratio under `name`, and the 90% interval's ends."""
+    est_low_high = iv.ratio if iv is not None else (None, None, None)
+    return {name: est_low_high[0], "ci90_low": est_low_high[1], "ci90_high": est_low_high[2]}
 
 
 def _one(sel: pd.DataFrame) -> str:
@@ -87,20 +92,28 @@ class Study:
         return stats.compare(self.pool(value), _one(a), _one(b))
 
     def ok(self, any_wait_policy: bool = False, **eq) -> pd.DataFrame:
-        """The ok runs with these column values; of the default OpenMP wait policy unless asked
+        """The ok runs with these column values; of the study's OpenMP wait policy unless asked
         (a configuration that only changes how threads wait is finding 12's, no other's)."""
         r = self.runs[self.runs.status == Status.OK.value]
         if not any_wait_policy and "omp_wait_policy" not in eq:
-            r = self.default_wait(r)
+            r = self.study_wait(r)
         for k, v in eq.items():
             r = r[r[k] == v]
         return r
 
-    @staticmethod
-    def default_wait(r: pd.DataFrame) -> pd.DataFrame:
-        """The runs with the default OpenMP wait policy (records from before it was a parameter
-        all had it)."""
-        return r[r.omp_wait_policy == DEFAULT_WAIT] if "omp_wait_policy" in r else r
+    @property
+    def wait_policy(self) -> str | None:
+        """The study's OpenMP wait policy: the one most of its runs had (its config's default at
+        the time; a reference run from before `passive` was the default has `libgomp`)."""
+        if "omp_wait_policy" not in self.runs or self.runs.omp_wait_policy.dropna().empty:
+            return None
+        return self.runs.omp_wait_policy.mode().iloc[0]
+
+    def study_wait(self, r: pd.DataFrame) -> pd.DataFrame:
+        """The runs with the study's OpenMP wait policy (records from before it was a parameter
+        all had one: libgomp's)."""
+        policy = self.wait_policy
+        return r[r.omp_wait_policy == policy] if policy is not None else r
 
     def surviving_design(self, model: str) -> pd.DataFrame:
         """The study's pread+madvise: no mlock, logging on, the default run length."""
@@ -174,8 +187,7 @@ class LruSlowerFinding(Finding):
                          "peak_rss_bytes": g.peak_rss_bytes.max(),
                          "peak_cgroup_bytes": g.peak_cgroup_bytes.max() if "peak_cgroup_bytes" in g
                          else None,
-                         "pread_madvise_over_lru": iv.ratio[0] if iv else None,
-                         "ci90_low": iv.ratio[1] if iv else None, "ci90_high": iv.ratio[2] if iv else None,
+                         **_interval_columns(iv, "pread_madvise_over_lru"),
                          "verdict": v.verdict})
         v = stats.family(parts, "LRU slower than pread+madvise by at least 10% at every budget "
                                 "that finished")
@@ -195,8 +207,7 @@ class LruTrendFinding(Finding):
         falls = stats.Interval(-iv.estimate, iv.se, iv.df, iv.n_a, iv.n_b, iv.method)
         v = stats.faster(falls, what=f"tok/s at {budgets[0]} MB over {budgets[-1]} MB (fitted line)")
         t = pd.DataFrame([{"budgets_mb": " ".join(map(str, budgets)), "runs": iv.n_a,
-                           "change_across_sweep": iv.ratio[0], "ci90_low": iv.ratio[1],
-                           "ci90_high": iv.ratio[2], "verdict": v.verdict}])
+                           **_interval_columns(iv, "change_across_sweep"), "verdict": v.verdict}])
         notes = [stats.equivalent(iv, what="no trend against the budget (equivalence, +-10%)").reason]
         return Outcome(v, {"finding1b_lru_trend": t}, notes)
 
@@ -261,8 +272,7 @@ class ScalingFinding(Finding):
             iv = st.compare(b, a)  # Q2 over Q4
             v = stats.above(iv, br, f"{mech}: Q2_K over Q4_K_M")
             rows.append({"mechanism": mech, "bytes_ratio_q4_over_q2": br,
-                         "speedup_q2_over_q4": iv.ratio[0], "ci90_low": iv.ratio[1],
-                         "ci90_high": iv.ratio[2], "verdict": v.verdict})
+                         **_interval_columns(iv, "speedup_q2_over_q4"), "verdict": v.verdict})
             if mech == "pread+madvise":
                 verdict = v
         return Outcome(verdict, {"finding4_scaling": pd.DataFrame(rows)} if rows else {})
@@ -371,7 +381,7 @@ class MechanismsFinding(Finding):
             return Outcome(Verdict(INCONCLUSIVE, "no pread+madvise runs"))
         rows, parts = [], []
         # every Q4_K_M configuration but the LRU budgets (finding 1 judges those)
-        runs = st.default_wait(st.runs)
+        runs = st.study_wait(st.runs)
         q4 = runs[(runs.model == st.q4) & (runs.run_id != _one(base))
                   & (runs.mechanism != "lru-odirect")]
         for run_id, g in q4.groupby("run_id", sort=False):
@@ -439,8 +449,7 @@ class LookaheadFinding(Finding):
                 v = stats.faster(st.compare(la_tok, other), what=f"{model}: {la_id} over {rid}")
                 parts.append(v)
                 rows.append({"model": model, "lookahead": la_id, "against": label, "run_id": rid,
-                             "ratio": v.interval.ratio[0], "ci90_low": v.interval.ratio[1],
-                             "ci90_high": v.interval.ratio[2], "verdict": v.verdict})
+                             **_interval_columns(v.interval), "verdict": v.verdict})
         if not rows:
             return Outcome(Verdict(INCONCLUSIVE, "no lookahead runs"))
         la = ok[ok.mechanism == "lookahead"]
@@ -468,25 +477,26 @@ class DesignedMechanismFinding(Finding):
         v = stats.above(st.compare(new[new.run_id == rid], best), DESIGNED_SPEEDUP,
                         f"{rid} over pread+madvise+mlock")
         cols = ["run_id", "kernel_share", "user_share", "io_wait_share", "throttled_share",
-                "runqueue_share", "mechanism_s_per_token", "cgroup_read_bytes_per_token"]
+                "runqueue_share", "mechanism_s_per_token", "cg_sys_s_per_token",
+                "cgroup_read_bytes_per_token", "bytes_warm_start"]
         parts = pd.concat([new[new.run_id == rid], best])
         have = [c for c in cols if c in parts]
         # which part of the token it shrank: the attribution of both, side by side
         shares = parts[have].groupby("run_id").median().reset_index()
         t = pd.DataFrame([{"odirect_cache": rid, "against": _one(best),
-                           "ratio": v.interval.ratio[0] if v.interval else None,
-                           "ci90_low": v.interval.ratio[1] if v.interval else None,
-                           "ci90_high": v.interval.ratio[2] if v.interval else None,
-                           "threshold": DESIGNED_SPEEDUP, "verdict": v.verdict}])
+                           **_interval_columns(v.interval), "threshold": DESIGNED_SPEEDUP, "verdict": v.verdict}])
         return Outcome(v, {"finding11_designed": t, "finding11_attribution": shares})
 
 
 class WaitPolicyFinding(Finding):
     def evaluate(self, st):
-        base = st.ok(mechanism="pread+madvise", model=st.q4, mlock_non_expert=True)
-        if "omp_wait_policy" not in st.runs or base.empty:
-            return Outcome(Verdict(INCONCLUSIVE, "no runs of pread+madvise+mlock with the default "
-                                                 "wait policy"))
+        if "omp_wait_policy" not in st.runs:
+            return Outcome(Verdict(INCONCLUSIVE, "no run records its OpenMP wait policy"))
+        base = st.ok(mechanism="pread+madvise", model=st.q4, mlock_non_expert=True,
+                     omp_wait_policy=LIBGOMP_WAIT)
+        if base.empty:
+            return Outcome(Verdict(INCONCLUSIVE, "no runs of pread+madvise+mlock with libgomp's "
+                                                 "own wait policy"))
         rows, verdicts, parts = [], [], [base]
         for policy in ("passive", "active"):
             other = st.ok(mechanism="pread+madvise", model=st.q4, mlock_non_expert=True,
@@ -494,20 +504,18 @@ class WaitPolicyFinding(Finding):
             if other.empty:
                 continue
             v = stats.above(st.compare(other, base), WAIT_SPEEDUP,
-                            f"{policy} over libgomp's default wait")
+                            f"{policy} over libgomp's own wait")
             verdicts.append(v)
             parts.append(other)
             rows.append({"omp_wait_policy": policy, "run_id": _one(other), "against": _one(base),
-                         "ratio": v.interval.ratio[0] if v.interval else None,
-                         "ci90_low": v.interval.ratio[1] if v.interval else None,
-                         "ci90_high": v.interval.ratio[2] if v.interval else None,
-                         "threshold": WAIT_SPEEDUP, "verdict": v.verdict})
+                         **_interval_columns(v.interval), "threshold": WAIT_SPEEDUP, "verdict": v.verdict})
         if not verdicts:
             return Outcome(Verdict(INCONCLUSIVE, "no pread+madvise+mlock runs with another wait "
                                                  "policy"))
         # which part of the token the policy moved: spinning shows as user CPU and throttling
         cols = ["run_id", "omp_wait_policy", "user_share", "kernel_share", "throttled_share",
-                "runqueue_share", "io_wait_share", "cgroup_read_bytes_per_token"]
+                "runqueue_share", "io_wait_share", "cg_user_s_per_token", "cg_sys_s_per_token",
+                "cgroup_read_bytes_per_token"]
         both = pd.concat(parts)
         shares = both[[c for c in cols if c in both]].groupby(
             ["run_id", "omp_wait_policy"]).median().reset_index()
@@ -607,7 +615,7 @@ FINDINGS: list[Finding] = [
                       "default spin-then-sleep, because a spinning thread spends CPU the kernel's "
                       "reads need",
                       "pread+madvise with mlock, Q4_K_M, with each OpenMP wait policy",
-                      f"the 90% interval of the passive policy's tok/s over the default's lies "
+                      f"the 90% interval of the passive policy's tok/s over libgomp's lies "
                       f"above {WAIT_SPEEDUP:g} (below it: does not hold); `active` (always spin) "
                       "is shown beside it, and the attribution of each says which part moved"),
 ]

@@ -166,6 +166,8 @@ def box_columns(rec: RunRecord, gen: pd.DataFrame, per) -> dict:
         "read_ahead_kb": rec.limit("read_ahead_kb"),
         "fadvise": ",".join(rec.file_advice) or None,
         "cpu_quota": rec.limit("cpu_quota"), "write_bps_limit": rec.limit("write_bps"),
+        # odirect-cache: what its warm start copied in from the page cache before the first token
+        "bytes_warm_start": rec.summary.bytes_warm_start,
         "residency_decode_start": decode_start.residency if decode_start else None,
         "load_read_bytes": (after_load.cgroup_read_bytes - before_load.cgroup_read_bytes
                             if before_load and after_load else None),

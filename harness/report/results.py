@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from harness import parameters
 from harness.analysis import metrics
 from harness.run import attribution, mechanisms
 from harness.report import captions, export
@@ -203,6 +204,9 @@ def _load(inputs, config: dict) -> Loaded:
     q4, q2 = _pair_models(config)
     if "disturbed" not in all_runs:  # runs.csv has carried it since format 2 of the run record
         all_runs["disturbed"] = metrics.disturbed(all_runs)
+    for name in parameters.RENAMED_VALUES:  # a runs.csv written before a value was renamed
+        if name in all_runs:
+            all_runs[name] = all_runs[name].map(lambda v: parameters.current_value(name, v))
     # the findings judge only repeats nothing else disturbed (RESULTS.md lists the others)
     judged = all_runs[(all_runs.tokens == run_length) & ~all_runs.disturbed]
     return Loaded(config=config, all_runs=all_runs, runs=judged,

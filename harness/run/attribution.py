@@ -267,7 +267,7 @@ def run_attribution(gen) -> dict:
     cols = {"user_share": nan, "kernel_share": nan, "throttled_share": nan, "runqueue_share": nan,
             "io_wait_share": nan, "hook_share": nan, "unexplained_share": nan,
             "disk_busy_share": nan, "identity_ok_share": nan, "throttled_period_share": nan,
-            "regime": MIXED}
+            "cg_user_s_per_token": nan, "cg_sys_s_per_token": nan, "regime": MIXED}
     if gen.empty or "io_wait_s" not in gen or (gen.io_wait_s < 0).all():
         return cols
     steady = gen.iloc[1:] if len(gen) > 1 else gen
@@ -279,6 +279,10 @@ def run_attribution(gen) -> dict:
         cols[f"{k}_share"] = s[f"{k}_s"] / wall
     busy = steady.disk_busy_s[steady.disk_busy_s >= 0]
     cols["disk_busy_share"] = float(busy.sum() / steady.wall_s.sum()) if len(busy) else nan
+    # CPU seconds, not shares of the token: what a policy that spins or a copy costs the quota
+    for k in ("cg_user_s", "cg_sys_s"):
+        got = steady[k][steady[k] >= 0] if k in steady else ()
+        cols[f"{k}_per_token"] = float(got.mean()) if len(got) else nan
     checked = steady.identity_ok[steady.identity_ok >= 0]
     cols["identity_ok_share"] = float(checked.mean()) if len(checked) else nan
     periods = steady.nr_periods[steady.nr_periods >= 0].sum()

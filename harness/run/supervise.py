@@ -239,7 +239,7 @@ def _worker_preexec(cg: RunCgroup):
 
 
 def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, watch_pid=None,
-             wait_policy: str = "default") -> dict:
+             wait_policy: str = parameters.BY_NAME["omp_wait_policy"].default) -> dict:
     """The measured process in the run's cgroup, and what the kernel did beside it."""
     env = with_wait_policy(dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir), wait_policy)
     box = BoxRecord(cg.in_force.get("device")).begin()

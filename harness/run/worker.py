@@ -401,7 +401,11 @@ class Worker:
         self.fd = os.open(p.model_path, os.O_RDONLY)
         start, length, moff = self.mapping
         mapped = mech.MappedModel(p.model_path, self.fd, self.base, start, length, moff, self.layout)
-        # the mechanism first: some remap the weights, which would drop earlier mlocks
+        # evicted before the mechanism starts: one that copies what is resident (odirect-cache's
+        # warm start) must find the run cold too
+        if p.evict_after_load:
+            evict_experts(mapped, self.fd)
+        # the mechanism before the mlocks: some remap the weights, which would drop them
         self.mechanism = mech.make(p.mechanism, mapped, **p.mechanism_options)
         self.locked_bytes = self.locked_count = 0
         if p.mlock_non_expert:
@@ -409,8 +413,6 @@ class Worker:
                 libc.mlock(self.base + t["offset"], t["bytes"])
                 self.locked_bytes += t["bytes"]
                 self.locked_count += 1
-        if p.evict_after_load:
-            evict_experts(mapped, self.fd)
 
     def _open(self, name: str, header, buffering: int):
         f = open(self.out / name, "w", buffering=buffering)
@@ -581,6 +583,7 @@ class Worker:
             "bytes_prefetched": self.prefetched_total,
             "byte_accounting_ok": (self.mismatches == 0) if m.prefetches else None,
             "bytes_read_ahead": getattr(m, "bytes_read_ahead", 0),
+            "bytes_warm_start": getattr(m, "bytes_warm_start", 0),
             "cache_hits": m.c.cache_hits, "cache_misses": m.c.cache_misses,
             "mapping": {"start": start, "length": length, "file_offset": moff}}
 
