@@ -67,7 +67,7 @@ class RunSpec:
     prefetch_threads: int
     time_limit_s: float
     evict_after_load: bool = False
-    omp_wait_policy: str = "passive"
+    omp_wait_policy: str = "auto"
     lookahead_base: str = "madvise"
     lookahead_experts: int = 8
     lookahead_layers: int = 1

@@ -63,14 +63,15 @@ PARAMETERS: tuple[Parameter, ...] = (
               "entries", minimum=1, sweepable=False),
     Parameter("time_limit_s", float, 1800, "per-run wall limit; a run past it is recorded as "
               "`killed: time`", unit="s", minimum=0, sweepable=False, cli=("--time-limit",)),
-    Parameter("omp_wait_policy", str, "passive",
+    Parameter("omp_wait_policy", str, "auto",
               "how llama.cpp's idle OpenMP threads wait at a barrier: `passive` (sleep at once), "
-              "`libgomp` (libgomp's own default: spin a while, then sleep) or `active` (spin); "
-              "the worker's `OMP_WAIT_POLICY`, and llama-bench's in the ceilings. Under a CPU "
-              "quota a spinning thread spends the quota the kernel's reads need: passive waiting "
-              "was faster under seed-box and no slower under disk-box (finding 12, "
-              "reference/vm-2026-12-04b)", choices=("passive", "libgomp", "active"),
-              cli=("--omp-wait-policy",)),
+              "`libgomp` (libgomp's own default: spin a while, then sleep), `active` (spin), or "
+              "`auto`: passive when the run has a CPU quota, libgomp's own when it has none; the "
+              "worker's `OMP_WAIT_POLICY`, and llama-bench's in the ceilings. The record holds "
+              "the policy `auto` chose. Under a quota a spinning thread spends the quota the "
+              "kernel's reads need (finding 12, reference/vm-2026-12-04b); with the CPUs to "
+              "itself a sleeping thread is slow to wake at every barrier (docs/benchmarks.md)",
+              choices=("auto", "passive", "libgomp", "active"), cli=("--omp-wait-policy",)),
     Parameter("evict_after_load", bool, False,
               "page the expert tensors out after the load (`MADV_PAGEOUT`, `FADV_DONTNEED`) so "
               "decoding starts with no expert cached; off = what llama.cpp's populating load "

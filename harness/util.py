@@ -81,10 +81,20 @@ def _is_hex(s: str) -> bool:
     return all(c in "0123456789abcdef" for c in s)
 
 
+def resolve_wait_policy(policy: str, cpu_quota: float | None) -> str:
+    """The OpenMP wait policy in force: `auto` is passive under a CPU quota (a spinning thread
+    spends the quota) and libgomp's own without one (a sleeping thread is slow to wake)."""
+    if policy != "auto":
+        return policy
+    return "passive" if cpu_quota else "libgomp"
+
+
 def with_wait_policy(env: dict, policy: str) -> dict:
     """The environment of a process that runs llama.cpp's OpenMP threads: OMP_WAIT_POLICY set to
     `policy` (harness.parameters' omp_wait_policy), or absent for `libgomp` (its own default),
     whatever the caller's shell set. libgomp reads it once, when it is loaded."""
+    if policy == "auto":
+        raise ValueError("resolve the `auto` wait policy against the run's CPU quota first")
     env = dict(env)
     env.pop("OMP_WAIT_POLICY", None)
     if policy != "libgomp":

@@ -24,9 +24,9 @@ def test_shipped_configs_are_valid_and_expand_readably():
     for regime in ("seed-box", "disk-box"):  # every experiment in both regimes
         assert f"lru-1200@{regime}" in ids and f"lru--lru-budget-mb-900@{regime}" in ids
         assert f"baseline-q2@{regime}" in ids and f"lookahead@{regime}" in ids
-        assert f"odirect-cache@{regime}" in ids and f"pread-madvise-mlock-libgomp@{regime}" in ids
-    assert len(ids) == len(set(ids)) == 32
-    assert sum(r.repeats for r in runs) == 68
+        assert f"odirect-cache@{regime}" in ids and f"wait-policy--omp-wait-policy-passive@{regime}" in ids
+    assert len(ids) == len(set(ids)) == 34
+    assert sum(r.repeats for r in runs) == 72
     assert validate_config(yaml.safe_load((ROOT / ".test/config/experiments.yaml").read_text()))
 
 
@@ -38,7 +38,7 @@ def test_the_extended_config_adds_to_the_default():
     ids = {r.run_id for r in validate_config(c)}
     assert {"populate@seed-box", "routing-trace@disk-box", "lookahead@seed-box",
             "odirect-cache-variants--warm-start-off--predict-experts-8@disk-box"} <= ids
-    assert len(ids) == 52
+    assert len(ids) == 54
 
 
 def test_list_values_expand_to_every_combination():
@@ -140,7 +140,7 @@ BAD = {
     "an I/O-share target of 1": (_set(["profiles", "seed-box", "io_share_target"], 1.0),
                                  "io_share_target"),
     "an unknown OpenMP wait policy": (_set(["experiments", "madvise", "omp_wait_policy"], "sleepy"),
-                                      "'sleepy' is not one of ['passive', 'libgomp', 'active']"),
+                                      "'sleepy' is not one of ['auto', 'passive', 'libgomp', 'active']"),
     "a queue depth of 1000": (_set(["ceilings", "random_queue_depths"], [1, 1000]),
                               "1000 is greater than the maximum of 256"),
     "random reads of 64 GiB": (_set(["ceilings", "random_read_mib"], 65536), "random_read_mib"),

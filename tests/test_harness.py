@@ -384,12 +384,18 @@ def test_cli_runs_one_configuration_by_hand(manifest, tiny_models, tmp_path):
 
 
 def test_the_wait_policy_reaches_the_environment_or_leaves_libgomps_default():
-    from harness.util import with_wait_policy
+    from harness.util import resolve_wait_policy, with_wait_policy
 
     shell = {"OMP_WAIT_POLICY": "ACTIVE", "PATH": "/bin"}
     assert with_wait_policy(shell, "passive") == {"OMP_WAIT_POLICY": "PASSIVE", "PATH": "/bin"}
     assert with_wait_policy(shell, "libgomp") == {"PATH": "/bin"}
     assert shell["OMP_WAIT_POLICY"] == "ACTIVE"  # the caller's dict is not changed
+    # `auto` follows the CPU quota, and must be resolved before it reaches an environment
+    assert resolve_wait_policy("auto", 0.12) == "passive"
+    assert resolve_wait_policy("auto", None) == "libgomp"
+    assert resolve_wait_policy("active", 0.12) == "active"
+    with pytest.raises(ValueError):
+        with_wait_policy(shell, "auto")
 
 
 PROBE = '''

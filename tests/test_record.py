@@ -78,7 +78,7 @@ def test_format_2_reads_renamed_values_under_their_new_names():
     assert record.from_dict(v2).spec.omp_wait_policy == "libgomp"
     # the current format is read as written: a missing key takes the registry's default
     v3 = {**base, "spec": {k: v for k, v in base["spec"].items() if k != "omp_wait_policy"}}
-    assert record.from_dict(v3).spec.omp_wait_policy == "passive"
+    assert record.from_dict(v3).spec.omp_wait_policy == "auto"
 
 
 def test_a_newer_format_or_an_unknown_field_is_refused_naming_it(tmp_path):

@@ -29,7 +29,7 @@ from harness.contract import Status
 from harness.box.limits import Limits, RunCgroup
 from harness.parameters import BY_NAME
 from harness.run.supervise import utcnow
-from harness.util import left_by_dead_process, owner_tag, with_wait_policy
+from harness.util import left_by_dead_process, owner_tag, resolve_wait_policy, with_wait_policy
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,8 @@ def expert_slab_bytes(layout: dict) -> int:
     return int(statistics.median(sizes)) if sizes else 0
 
 
-# llama-bench's OpenMP threads wait as a run's do by default (harness.parameters)
+# llama-bench's OpenMP threads wait as a run's do by default (harness.parameters), under the
+# same limits
 WAIT_POLICY = BY_NAME["omp_wait_policy"].default
 
 
@@ -268,13 +269,14 @@ def llama_bench(bench: str, model: str, threads: int, tokens: int, load_mode: st
             str(threads), "-lm", load_mode, *extra_args, "-o", "json"]
     out_path = Path(log_file.name).with_suffix(".bench.json")
     start = utcnow()
+    policy = resolve_wait_policy(WAIT_POLICY, limits.cpu_quota)
     with open(out_path, "w") as out:
         rc, in_force = in_cgroup(limits, argv, env=with_wait_policy(
-            dict(os.environ, LD_LIBRARY_PATH=lib_dir), WAIT_POLICY), stdout=out, stderr=log_file)
+            dict(os.environ, LD_LIBRARY_PATH=lib_dir), policy), stdout=out, stderr=log_file)
     text = out_path.read_text()
     out_path.unlink()
     rec = {"model": model, "load_mode": " ".join([load_mode, *extra_args]), "threads": threads,
-           "tokens": tokens, "omp_wait_policy": WAIT_POLICY,
+           "tokens": tokens, "omp_wait_policy": policy,
            "start_utc": start, "end_utc": utcnow(), "exit_code": rc, "limits_in_force": in_force,
            "argv": argv}
     if rc == 0:

@@ -32,7 +32,7 @@ from harness.box.limits import Limits, RunCgroup
 from harness.box.identity import machine_info
 from harness.run.mechanisms import REGISTRY, writes_model
 from harness.util import (atomic_path, atomic_write_json, left_by_dead_process, owner_tag, sha256_file,
-                          with_wait_policy)
+                          resolve_wait_policy, with_wait_policy)
 from harness.models.checks import check_header
 
 log = logging.getLogger(__name__)
@@ -139,6 +139,9 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
     watch_pid: a process whose death stops the run (the Snakemake that started it)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # the record holds the wait policy in force, not `auto`
+    spec = {**spec, "omp_wait_policy": resolve_wait_policy(spec["omp_wait_policy"],
+                                                           limits.cpu_quota)}
     model_path = model_info["path"]
     _check_inputs(model_path, json.loads(Path(layout_path).read_text()), limits)
     with measurelock.interruptible(), measurelock.exclusive(f"run {spec['run_id']} rep {spec.get('repeat')}"):
@@ -239,7 +242,7 @@ def _worker_preexec(cg: RunCgroup):
 
 
 def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, watch_pid=None,
-             wait_policy: str = parameters.BY_NAME["omp_wait_policy"].default) -> dict:
+             wait_policy: str = "libgomp") -> dict:
     """The measured process in the run's cgroup, and what the kernel did beside it."""
     env = with_wait_policy(dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir), wait_policy)
     box = BoxRecord(cg.in_force.get("device")).begin()
