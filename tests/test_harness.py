@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness import record
 from harness.run import supervise
 from harness.config import adhoc_spec
 from harness.box.limits import Limits, cgroup_version
@@ -56,7 +57,7 @@ def test_every_mechanism_completes_with_full_records(all_runs):
                     "summary"):
             assert key in on_disk, (name, key)
         assert on_disk["build"]["commit"] and on_disk["model"]["synthetic"] is True
-        assert on_disk["format"] == 2  # harness.record.FORMAT_VERSION
+        assert on_disk["format"] == record.FORMAT_VERSION
 
 
 def test_prompt_tokenizes_to_gpt_neox_tokens(all_runs):
