@@ -265,7 +265,7 @@ def from_dict(data: dict, where: str = "run record") -> RunRecord:
     spec.setdefault("run_id", data.get("run_id"))
     # format 2 -> 3: parameter values renamed since (libgomp's wait policy was `default`), and a
     # default that changed: every run before format 3 that does not name its wait policy had
-    # libgomp's (the parameter's default is passive now)
+    # libgomp's (the parameter's default is `auto` now)
     spec = {k: parameters.current_value(k, v) for k, v in spec.items()}
     if version < 3:
         spec.setdefault("omp_wait_policy", "libgomp")

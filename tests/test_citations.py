@@ -15,7 +15,8 @@ def root(tmp_path):
         "none,0.1528,0.0042,0.61,193400000\n"
         "madvise,0.1725,0.0031,0.58,150000000\n")
     (tmp_path / "t/quota.json").write_text(json.dumps({"cpu_quota": 0.08466, "steps": [
-        {"cpu_quota": 0.1, "io_share": 0.4}], "note": "text"}))
+        {"cpu_quota": 0.1, "io_share": 0.4}], "note": "text",
+        "ab": {"on_over_off": {"median": 0.983}, "verdict": {"median": 1}}}))
     (tmp_path / "t/cfg.yaml").write_text("profiles:\n  disk-box:\n    io_share_target: 0.58\n")
     return tmp_path
 
@@ -34,6 +35,7 @@ def _one(md):
     "[0.08466 CPUs](t/quota.json#cpu_quota)",
     "[40%](t/quota.json#steps.0.io_share)",
     "[58%](t/cfg.yaml#profiles.disk-box.io_share_target)",
+    "[0.983x](t/quota.json#ab.on_over_off.median)",  # a statistic is in its key's unit
 ])
 def test_a_quote_its_file_holds_passes(root, md):
     assert citations.check(root, _one(md)) is None
@@ -49,6 +51,7 @@ def test_a_quote_its_file_holds_passes(root, md):
     ("[0.1725 tok/s](t/missing.csv#run_id=madvise&tok_per_s_median)", "not a committed file"),
     ("[1 x](t/quota.json#note)", "not a number"),
     ("[1 x](t/quota.json#steps.0.nope)", "no 'steps.0.nope'"),
+    ("[1 x](t/quota.json#ab.verdict.median)", "no known unit"),  # ... and nothing else's
 ])
 def test_a_quote_its_file_does_not_hold_fails_saying_why(root, md, why):
     err = citations.check(root, _one(md))

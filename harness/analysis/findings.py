@@ -103,8 +103,8 @@ class Study:
 
     @property
     def wait_policy(self) -> str | None:
-        """The study's OpenMP wait policy: the one most of its runs had (its config's default at
-        the time; a reference run from before `passive` was the default has `libgomp`)."""
+        """The study's OpenMP wait policy: the one most of its runs had (what `auto` chose for the
+        regime; a reference run from before the parameter existed has `libgomp`)."""
         if "omp_wait_policy" not in self.runs or self.runs.omp_wait_policy.dropna().empty:
             return None
         return self.runs.omp_wait_policy.mode().iloc[0]

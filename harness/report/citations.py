@@ -48,6 +48,8 @@ UNIT_OF_COLUMN = [
     (r"(^|_)s$|_s_|_seconds|^seconds", "s"),
     (r"^n$|^n_|count|runs|tokens|repeats|configurations|_n$", "count"),
 ]
+# keys of a JSON or YAML tree that summarize the key above them, in its unit
+STATISTIC_KEYS = frozenset({"median", "mean", "min", "max", "low", "high"})
 QUOTE = re.compile(r"\[(?P<text>[^\]]*?\d[^\]]*)\]\((?P<target>[^)#\s]+)#(?P<frag>[^)\s]+)\)")
 NUMBER = re.compile(r"^\s*(?P<num>-?\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z/%]*)\s*$")
 # a measured number in prose: what a reader would take as a result
@@ -115,7 +117,12 @@ def _tree_value(path: Path, fragment: str) -> tuple[float, str]:
             raise CitationError(f"{path}: no {fragment!r} (stopped at {key!r})")
     if isinstance(node, bool) or not isinstance(node, int | float):
         raise CitationError(f"{path}#{fragment} is {node!r}, not a number")
-    return float(node), fragment.split(".")[-1]
+    # a statistic or a list item is in the unit of what it summarizes: `on_over_off.median`
+    # is a ratio, `steps.0` a step of the key above
+    keys = fragment.split(".")
+    while len(keys) > 1 and (keys[-1] in STATISTIC_KEYS or keys[-1].isdigit()):
+        keys.pop()
+    return float(node), keys[-1]
 
 
 def source_value(root: Path, q: Quote) -> tuple[float, str]:

@@ -411,9 +411,9 @@ class ODirectCache(Mechanism):
     computed. The bytes at a tensor's ends that share a page with its neighbours stay
     file-backed and are served by the page cache. With `warm_start` the slabs the model's load
     left wholly in the page cache are copied into the cache (a buffered read that hits the page
-    cache: no disk) before the remap would discard them; otherwise the cache starts empty and
-    its first tokens read from disk what was already in memory (finding 11 of
-    reference/vm-2026-12-04b: 424 against 219 MB per token)."""
+    cache: no disk) before the remap would discard them; otherwise the cache starts empty.
+    Prediction costs disk time for every predicted slab that is not then routed
+    (benchmarks/results/odirect_cache_sweep-2026-12-04.txt)."""
 
     name = "odirect-cache"
     read_path = "O_DIRECT"

@@ -241,8 +241,8 @@ def _worker_preexec(cg: RunCgroup):
     return preexec
 
 
-def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, watch_pid=None,
-             wait_policy: str = "libgomp") -> dict:
+def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, watch_pid=None, *,
+             wait_policy: str) -> dict:
     """The measured process in the run's cgroup, and what the kernel did beside it."""
     env = with_wait_policy(dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir), wait_policy)
     box = BoxRecord(cg.in_force.get("device")).begin()
