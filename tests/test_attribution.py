@@ -16,7 +16,7 @@ def snap(**kw):
     base = dict(thread_user_s=0.0, thread_sys_s=0.0, thread_run_s=0.0, thread_delay_s=0.0,
                 cg_user_s=0.0, cg_sys_s=0.0, throttled_s=0.0, nr_periods=0, nr_throttled=0,
                 io_some_s=0.0, io_full_s=0.0, mem_some_s=0.0, cpu_some_s=0.0, disk_busy_s=0.0,
-                disk_read_bytes=0)
+                disk_read_bytes=0, siblings_busy_s=0.0)
     return Snapshot(**{**base, **kw})
 
 
@@ -32,9 +32,21 @@ def test_parts_add_up_or_the_row_says_they_do_not():
     # ... and so is one whose parts explain more than its wall time
     p = parts(a, snap(thread_run_s=0.6, thread_delay_s=0.2, io_some_s=0.4), wall=1.0)
     assert p["identity_ok"] == 0
+    # asleep at a barrier: explained only while the other threads ran or queued for a CPU
+    p = parts(a, snap(thread_run_s=0.3, thread_delay_s=0.2, io_some_s=0.2, siblings_busy_s=0.25),
+              wall=1.0)
+    assert p["sync_wait_s"] == pytest.approx(0.25) and p["unexplained_s"] == pytest.approx(0.05)
+    assert p["identity_ok"] == 1
+    p = parts(a, snap(thread_run_s=0.3, thread_delay_s=0.2, io_some_s=0.2, siblings_busy_s=0.1),
+              wall=1.0)
+    assert p["sync_wait_s"] == pytest.approx(0.1) and p["identity_ok"] == 0
+    # nothing left to explain: no sync wait, however busy the siblings were
+    p = parts(a, snap(thread_run_s=0.6, thread_delay_s=0.2, io_some_s=0.2, siblings_busy_s=0.9),
+              wall=1.0)
+    assert p["sync_wait_s"] == 0 and p["unexplained_s"] == pytest.approx(0.0)
     # a missing source (no pressure files) is -1, and the identity is then not checked
     p = parts(snap(io_some_s=-1.0), snap(io_some_s=-1.0, thread_run_s=0.5), wall=1.0)
-    assert p["io_wait_s"] == -1 and p["identity_ok"] == -1
+    assert p["io_wait_s"] == -1 and p["identity_ok"] == -1 and p["sync_wait_s"] == -1
 
 
 def test_the_regime_rule_comes_out_each_way():
@@ -47,7 +59,7 @@ def test_the_regime_rule_comes_out_each_way():
 def _rows(**cols):
     n = len(next(iter(cols.values())))
     base = {c: [0.0] * n for c in ("thread_user_s", "thread_sys_s", "thread_delay_s", "io_wait_s",
-                                     "throttled_s", "hook_s", "disk_busy_s")}
+                                     "throttled_s", "hook_s", "disk_busy_s", "sync_wait_s")}
     base.update(identity_ok=[1] * n, nr_periods=[4] * n, nr_throttled=[3] * n)
     return pd.DataFrame({**base, **cols})
 
@@ -61,7 +73,8 @@ def test_run_attribution_leaves_out_the_first_token_and_shares_add_up():
     assert a["regime"] == CPU_BOUND
     assert a["throttled_share"] == pytest.approx(0.75) and a["io_wait_share"] == 0
     total = sum(a[k] for k in ("user_share", "hook_share", "kernel_share", "throttled_share",
-                               "runqueue_share", "io_wait_share", "unexplained_share"))
+                               "runqueue_share", "io_wait_share", "sync_share",
+                               "unexplained_share"))
     assert total == pytest.approx(1.0)
     assert a["throttled_period_share"] == pytest.approx(0.75)
 
@@ -83,8 +96,10 @@ def test_a_cached_model_under_a_tiny_quota_is_cpu_bound_and_a_cold_one_on_a_slow
     cpu = _run(manifest, model, tmp_path / "cpu", Limits(cpu_quota=0.05, device_path=model["gguf"]),
                warm=True)
     assert cpu["regime"] == CPU_BOUND, cpu
-    # waiting for CPU: mostly the quota's throttling; on a busy box partly other processes
-    assert cpu["throttled_share"] + cpu["runqueue_share"] > 0.5, cpu
+    # waiting for CPU: mostly the quota's throttling, on the decoding thread's run queue or, when
+    # it sleeps at a barrier (passive waiting under a quota), its siblings'; on a busy box partly
+    # other processes
+    assert cpu["throttled_share"] + cpu["runqueue_share"] + cpu["sync_share"] > 0.5, cpu
     assert cpu["io_wait_share"] < 0.05, cpu
     disk = _run(manifest, model, tmp_path / "disk",
                 Limits(read_bps=1_000_000, read_ahead_kb=0, device_path=model["gguf"]),

@@ -477,7 +477,7 @@ class DesignedMechanismFinding(Finding):
         v = stats.above(st.compare(new[new.run_id == rid], best), DESIGNED_SPEEDUP,
                         f"{rid} over pread+madvise+mlock")
         cols = ["run_id", "kernel_share", "user_share", "io_wait_share", "throttled_share",
-                "runqueue_share", "mechanism_s_per_token", "cg_sys_s_per_token",
+                "runqueue_share", "sync_share", "mechanism_s_per_token", "cg_sys_s_per_token",
                 "cgroup_read_bytes_per_token", "bytes_warm_start"]
         parts = pd.concat([new[new.run_id == rid], best])
         have = [c for c in cols if c in parts]
@@ -514,7 +514,8 @@ class WaitPolicyFinding(Finding):
                                                  "policy"))
         # which part of the token the policy moved: spinning shows as user CPU and throttling
         cols = ["run_id", "omp_wait_policy", "user_share", "kernel_share", "throttled_share",
-                "runqueue_share", "io_wait_share", "cg_user_s_per_token", "cg_sys_s_per_token",
+                "runqueue_share", "sync_share", "io_wait_share", "cg_user_s_per_token",
+                "cg_sys_s_per_token",
                 "cgroup_read_bytes_per_token"]
         both = pd.concat(parts)
         shares = both[[c for c in cols if c in both]].groupby(

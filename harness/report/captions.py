@@ -7,9 +7,10 @@ PLOTS = {
         "Where a token's time goes, per configuration [regime]: the mean steady token's wall time "
         "(median over repeats) stacked by its parts, from the decoding thread's own clocks and the "
         "run cgroup's counters: I/O wait (blocked on the disk), kernel CPU, user CPU, the routing "
-        "hook, throttled by the CPU quota, other run-queue wait, and what none of these explain "
-        "(waiting at a barrier). Read it first: a mechanism that is faster must show which part "
-        "it shrank. A bar mostly blue is disk-bound; mostly orange, green or red is CPU-bound."),
+        "hook, throttled by the CPU quota, other run-queue wait, sync wait (asleep at a barrier "
+        "while the other compute threads run or are throttled), and what none of these explain. "
+        "Read it first: a mechanism that is faster must show which part it shrank. A bar mostly "
+        "blue is disk-bound; mostly orange, green, red or brown is CPU-bound."),
     "tok_per_s": (
         "Decode speed per configuration: steady tokens per second (the first generated token left "
         "out), the median of the repeats with their min-max as the whisker. Longer is faster; "

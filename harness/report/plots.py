@@ -29,7 +29,8 @@ def summary_plots(w, summ: pd.DataFrame, any_synth: bool) -> None:
 
 
 COLORS = {"io_wait": "tab:blue", "kernel": "tab:orange", "user": "tab:green", "hook": "tab:purple",
-          "throttled": "tab:red", "runqueue": "tab:pink", "unexplained": "lightgray"}
+          "throttled": "tab:red", "runqueue": "tab:pink", "sync": "tab:brown",
+          "unexplained": "lightgray"}
 
 
 def attribution_plot(w, t: pd.DataFrame) -> None:

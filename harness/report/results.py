@@ -255,8 +255,9 @@ def _attribution_section(w: Writer, d: Loaded) -> None:
     w.text(f"Parts of the decoding thread's wall time (`harness/run/attribution.py`): they explain a "
            f"token within 10% in {t.identity_ok_share.median():.0%} of tokens (median over "
            f"configurations). A run is disk-bound when I/O wait is at least "
-           f"{attribution.BOUND_SHARE:.0%} of its mean steady token, CPU-bound when on-CPU time "
-           f"and run-queue wait (the quota's throttling included) are, mixed otherwise.\n")
+           f"{attribution.BOUND_SHARE:.0%} of its mean steady token, CPU-bound when on-CPU time, "
+           f"run-queue wait (the quota's throttling included) and sync wait (asleep at a barrier "
+           f"while the other compute threads run or are throttled) are, mixed otherwise.\n")
 
 
 def _ceilings(w: Writer, d: Loaded, inputs):

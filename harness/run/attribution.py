@@ -4,7 +4,7 @@ they must add up to, and the regime a run is in.
 The decode's critical path is the thread that calls `llama_decode` (the worker's main thread:
 ggml's OpenMP team joins it at every node), so a token's wall time is explained on that thread:
 
-    wall = user CPU + kernel CPU + run-queue wait + I/O wait + rest
+    wall = user CPU + kernel CPU + run-queue wait + I/O wait + sync wait + rest
 
 - user / kernel CPU: the thread's on-CPU time (`CLOCK_THREAD_CPUTIME_ID`, ns), divided into
   user and kernel by its own `getrusage(RUSAGE_THREAD)`, whose split is sampled at the tick.
@@ -14,9 +14,14 @@ ggml's OpenMP team joins it at every node), so a token's wall time is explained 
 - I/O wait: the run cgroup's `io.pressure` "some" total (PSI): time at least one of the run's
   tasks was stalled on block I/O (page faults on the model, `pread`, O_DIRECT). It is measured
   independently of the other three, so the identity can fail: when a token's parts leave more than
-  IDENTITY_TOLERANCE of its wall time unexplained (or overexplained), the row says so. What stays
-  unexplained is the thread asleep but not on I/O, such as at a barrier (OpenMP, ggml) waiting
-  for the other thread while that one is throttled or blocked. Sources this
+  IDENTITY_TOLERANCE of its wall time unexplained (or overexplained), the row says so.
+- sync wait: the thread asleep, not on I/O, at a barrier (OpenMP, ggml) while the other compute
+  threads finish their share: with a passive OpenMP wait policy the decoding thread sleeps there
+  instead of spinning, and under a CPU quota the other threads' throttling lands here rather than
+  in its run-queue wait. It is what the other parts leave, bounded by an independent count: the
+  other threads' on-CPU plus run-queue time (their schedstat) over the token, so a thread asleep
+  while its siblings were asleep too stays unexplained.
+- rest: what none of these explains. Sources this
   kernel does not fill are recorded as such (`sources()`): task delay accounting is off on this
   machine (`kernel.task_delayacct = 0`, a host setting we record and do not change), so per-thread
   block-I/O delay is not available and PSI is the I/O-wait source.
@@ -29,7 +34,9 @@ io_ticks, which counts foreign I/O too) and the bytes it read.
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
+import threading
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -90,6 +97,7 @@ class Snapshot:
     cpu_some_s: float
     disk_busy_s: float
     disk_read_bytes: int
+    siblings_busy_s: float = -1.0  # the other threads' on-CPU + run-queue time, summed
 
 
 class TokenClock:
@@ -146,6 +154,26 @@ class TokenClock:
         sched = (read_value(Path("/proc/thread-self/schedstat")) or "-1 -1 0").split()
         return resource.getrusage(resource.RUSAGE_THREAD), [int(time.thread_time_ns()), sched[1]]
 
+    @staticmethod
+    def _siblings() -> float:
+        """The process's other threads' on-CPU plus run-queue time (schedstat), summed: the
+        OpenMP team the decoding thread waits for at a barrier. Python's own threads are left out;
+        -1 when a thread's schedstat cannot be read."""
+        own = {threading.get_native_id()} | {t.native_id for t in threading.enumerate()}
+        total = 0
+        try:
+            tids = os.listdir("/proc/self/task")
+        except OSError:
+            return -1.0
+        for tid in tids:
+            if int(tid) in own:
+                continue
+            fields_ = (read_value(Path(f"/proc/self/task/{tid}/schedstat")) or "").split()
+            if len(fields_) < 2:
+                continue  # the thread exited between the listing and the read
+            total += int(fields_[0]) + int(fields_[1])
+        return total / 1e9
+
     def _disk(self) -> tuple[float, int]:
         st = conditions.parse_device_stat(read_value(self.dev_stat)) if self.dev_stat else {}
         return (st["io_ticks_s"], st["read_bytes"]) if st else (-1.0, -1)
@@ -162,6 +190,7 @@ class TokenClock:
         thr, periods, throttled = self._throttle()
         io_some, io_full, mem_some, cpu_some = self._pressure()
         busy, dread = self._disk()
+        siblings = self._siblings()
         if before:
             ru, sched = self._thread()
         return Snapshot(
@@ -169,7 +198,8 @@ class TokenClock:
             thread_run_s=int(sched[0]) / 1e9, thread_delay_s=int(sched[1]) / 1e9,
             cg_user_s=cg_u, cg_sys_s=cg_s, throttled_s=thr, nr_periods=periods,
             nr_throttled=throttled, io_some_s=io_some, io_full_s=io_full, mem_some_s=mem_some,
-            cpu_some_s=cpu_some, disk_busy_s=busy, disk_read_bytes=dread)
+            cpu_some_s=cpu_some, disk_busy_s=busy, disk_read_bytes=dread,
+            siblings_busy_s=siblings)
 
 
 # the per-token row's attribution columns, in order (tokens.csv, declared in harness.record)
@@ -195,13 +225,17 @@ def parts(a: Snapshot, b: Snapshot, wall: float) -> dict:
     else:
         user = b.thread_user_s - a.thread_user_s
     if io >= 0 and delay >= 0:
-        unexplained = wall - (user + sys_ + delay + io)
+        rest = wall - (user + sys_ + delay + io)
+        siblings = d("siblings_busy_s")
+        # asleep at a barrier only while a sibling ran or waited for a CPU (-1: not measured)
+        sync = min(max(0.0, rest), siblings) if siblings >= 0 else -1
+        unexplained = rest - max(0.0, sync)
         ok = int(abs(unexplained) <= IDENTITY_TOLERANCE * wall)
     else:
-        unexplained, ok = -1, -1
+        sync, unexplained, ok = -1, -1, -1
     return {
         "thread_user_s": user, "thread_sys_s": sys_, "thread_delay_s": delay, "io_wait_s": io,
-        "unexplained_s": unexplained, "cg_user_s": d("cg_user_s"), "cg_sys_s": d("cg_sys_s"),
+        "sync_wait_s": sync, "unexplained_s": unexplained, "cg_user_s": d("cg_user_s"), "cg_sys_s": d("cg_sys_s"),
         "throttled_s": d("throttled_s"), "nr_periods": int(d("nr_periods")),
         "nr_throttled": int(d("nr_throttled")), "io_full_s": d("io_full_s"),
         "mem_stall_s": d("mem_some_s"), "cpu_stall_s": d("cpu_some_s"),
@@ -230,8 +264,8 @@ def sources(files: CounterFiles, worker_env: dict) -> dict:
 
 def stacked(tok) -> dict:
     """The mean token's wall time by its parts (seconds), as the figure stacks them: the thread's
-    user CPU without the hook, the hook, kernel CPU, throttled wait, other run-queue wait, I/O wait
-    and what stays unexplained. Means, not medians: the parts of a mean add up to its wall time
+    user CPU without the hook, the hook, kernel CPU, throttled wait, other run-queue wait, I/O wait,
+    sync wait (at a barrier for the other compute threads) and what stays unexplained. Means, not medians: the parts of a mean add up to its wall time
     (under a quota, tokens alternate between throttled and not, and a median token has no parts).
     `tok`: a run's generated-token rows (DataFrame)."""
     n = max(1, len(tok))
@@ -244,15 +278,17 @@ def stacked(tok) -> dict:
     throttled = min(delay, mean("throttled_s"))
     out = {"wall_s": wall, "user_s": max(0.0, mean("thread_user_s") - hook), "hook_s": hook,
            "kernel_s": mean("thread_sys_s"), "throttled_s": throttled,
-           "runqueue_s": max(0.0, delay - throttled), "io_wait_s": mean("io_wait_s")}
+           "runqueue_s": max(0.0, delay - throttled), "io_wait_s": mean("io_wait_s"),
+           "sync_s": mean("sync_wait_s")}
     out["unexplained_s"] = wall - sum(v for k, v in out.items() if k != "wall_s")
     return out
 
 
 def regime(io_share: float, cpu_share: float) -> str:
-    """The rule: a run is disk-bound when I/O wait is at least BOUND_SHARE of its median token,
-    CPU-bound when on-CPU time plus run-queue wait (the quota's throttling included) is, and mixed
-    otherwise (also when the counters are missing: nan shares)."""
+    """The rule: a run is disk-bound when I/O wait is at least BOUND_SHARE of its mean token,
+    CPU-bound when on-CPU time plus run-queue wait (the quota's throttling included) plus sync wait
+    (the other compute threads on a CPU or waiting for one) is, and mixed otherwise (also when the
+    counters are missing: nan shares)."""
     if io_share >= BOUND_SHARE:
         return DISK_BOUND
     if cpu_share >= BOUND_SHARE:
@@ -265,7 +301,7 @@ def run_attribution(gen) -> dict:
     first generated token excluded when there are others)."""
     nan = float("nan")
     cols = {"user_share": nan, "kernel_share": nan, "throttled_share": nan, "runqueue_share": nan,
-            "io_wait_share": nan, "hook_share": nan, "unexplained_share": nan,
+            "io_wait_share": nan, "hook_share": nan, "sync_share": nan, "unexplained_share": nan,
             "disk_busy_share": nan, "identity_ok_share": nan, "throttled_period_share": nan,
             "cg_user_s_per_token": nan, "cg_sys_s_per_token": nan, "regime": MIXED}
     if gen.empty or "io_wait_s" not in gen or (gen.io_wait_s < 0).all():
@@ -275,7 +311,7 @@ def run_attribution(gen) -> dict:
     wall = s["wall_s"]  # the mean steady token
     if not wall > 0:
         return cols
-    for k in ("user", "kernel", "throttled", "runqueue", "io_wait", "hook", "unexplained"):
+    for k in ("user", "kernel", "throttled", "runqueue", "io_wait", "hook", "sync", "unexplained"):
         cols[f"{k}_share"] = s[f"{k}_s"] / wall
     busy = steady.disk_busy_s[steady.disk_busy_s >= 0]
     cols["disk_busy_share"] = float(busy.sum() / steady.wall_s.sum()) if len(busy) else nan
@@ -290,12 +326,12 @@ def run_attribution(gen) -> dict:
         cols["throttled_period_share"] = float(steady.nr_throttled[steady.nr_throttled >= 0].sum()
                                                / periods)
     cpu = cols["user_share"] + cols["hook_share"] + cols["kernel_share"] + cols["throttled_share"] \
-        + cols["runqueue_share"]
+        + cols["runqueue_share"] + cols["sync_share"]
     cols["regime"] = regime(cols["io_wait_share"], cpu)
     return cols
 
 
-PARTS = ("io_wait", "kernel", "user", "hook", "throttled", "runqueue", "unexplained")
+PARTS = ("io_wait", "kernel", "user", "hook", "throttled", "runqueue", "sync", "unexplained")
 
 
 def per_configuration(runs: pd.DataFrame) -> pd.DataFrame:
