@@ -50,6 +50,22 @@ def _interval_columns(iv: stats.Interval | None, name: str = "ratio") -> dict:
     return {name: est_low_high[0], "ci90_low": est_low_high[1], "ci90_high": est_low_high[2]}
 
 
+# a token's parts (harness.run.attribution), and what they cost the quota and the disk
+ATTRIBUTION_COLUMNS = ["user_share", "kernel_share", "throttled_share", "runqueue_share",
+                       "sync_share", "io_wait_share", "cg_sys_s_per_token",
+                       "cgroup_read_bytes_per_token"]
+
+
+def _attribution_side_by_side(runs: list[pd.DataFrame], by: list[str],
+                              extra: list[str]) -> pd.DataFrame:
+    """Configurations compared by a finding, one row each (`by`), with the median over their
+    repeats of their attribution and `extra` columns: which part of the token a faster one
+    shrank. Columns older records lack are left out."""
+    both = pd.concat(runs)
+    cols = [c for c in by + ATTRIBUTION_COLUMNS + extra if c in both]
+    return both[cols].groupby(by).median().reset_index()
+
+
 def _one(sel: pd.DataFrame) -> str:
     """The configuration (run id) a selection of runs is, the most frequent if several."""
     return sel.run_id.mode().iloc[0]
@@ -476,13 +492,9 @@ class DesignedMechanismFinding(Finding):
         rid = new.groupby("run_id")[st.value].median().idxmax()
         v = stats.above(st.compare(new[new.run_id == rid], best), DESIGNED_SPEEDUP,
                         f"{rid} over pread+madvise+mlock")
-        cols = ["run_id", "kernel_share", "user_share", "io_wait_share", "throttled_share",
-                "runqueue_share", "sync_share", "mechanism_s_per_token", "cg_sys_s_per_token",
-                "cgroup_read_bytes_per_token", "bytes_warm_start"]
-        parts = pd.concat([new[new.run_id == rid], best])
-        have = [c for c in cols if c in parts]
         # which part of the token it shrank: the attribution of both, side by side
-        shares = parts[have].groupby("run_id").median().reset_index()
+        shares = _attribution_side_by_side([new[new.run_id == rid], best], ["run_id"],
+                                           ["mechanism_s_per_token", "bytes_warm_start"])
         t = pd.DataFrame([{"odirect_cache": rid, "against": _one(best),
                            **_interval_columns(v.interval), "threshold": DESIGNED_SPEEDUP, "verdict": v.verdict}])
         return Outcome(v, {"finding11_designed": t, "finding11_attribution": shares})
@@ -513,13 +525,8 @@ class WaitPolicyFinding(Finding):
             return Outcome(Verdict(INCONCLUSIVE, "no pread+madvise+mlock runs with another wait "
                                                  "policy"))
         # which part of the token the policy moved: spinning shows as user CPU and throttling
-        cols = ["run_id", "omp_wait_policy", "user_share", "kernel_share", "throttled_share",
-                "runqueue_share", "sync_share", "io_wait_share", "cg_user_s_per_token",
-                "cg_sys_s_per_token",
-                "cgroup_read_bytes_per_token"]
-        both = pd.concat(parts)
-        shares = both[[c for c in cols if c in both]].groupby(
-            ["run_id", "omp_wait_policy"]).median().reset_index()
+        shares = _attribution_side_by_side(parts, ["run_id", "omp_wait_policy"],
+                                           ["cg_user_s_per_token"])
         # the claim is passive waiting's; active spinning is shown beside it
         v = next((v for v, r in zip(verdicts, rows) if r["omp_wait_policy"] == "passive"),
                  Verdict(INCONCLUSIVE, "no pread+madvise+mlock runs with passive waiting"))
