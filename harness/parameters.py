@@ -93,7 +93,8 @@ PARAMETERS: tuple[Parameter, ...] = (
               cli=("--io-depth",)),
     Parameter("warm_start", bool, True, "odirect-cache: before the first token, copy the "
               "slabs the model's load left in the page cache into the cache (up to its budget) "
-              "instead of starting it empty", mechanisms=("odirect-cache",)),
+              "instead of starting it empty", mechanisms=("odirect-cache",),
+              cli=("--no-warm-start",)),
     Parameter("predict_experts", int, 8, "odirect-cache: experts of the next layer predicted "
               "from this layer's `ffn_norm` output and read in the background (0: none)",
               minimum=0, mechanisms=("odirect-cache",), cli=("--predict-experts",)),
