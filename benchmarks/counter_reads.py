@@ -1,8 +1,9 @@
 """Benchmark (not a test): what the worker's per-token bookkeeping costs, apart from the decode.
 
 Around every llama_decode the worker reads the attribution's counters twice (TokenClock.read:
-the run cgroup's cpuacct and cpu.stat, PSI, the disk's stat, the thread's rusage and schedstat),
-/proc/self/io and the cgroup's io bytes twice, and its RSS once. This runs exactly those calls, in
+the run cgroup's cpuacct and cpu.stat, PSI, the disk's stat, the thread's rusage and schedstat,
+the other threads' schedstat), /proc/self/io and the cgroup's io bytes twice (ProcessCounters),
+and its RSS once; the files are held open and re-read with pread. This runs exactly those calls, in
 a run cgroup made as a measured run's is (the profile's limits: none by default), in a loop, and
 reports microseconds per token: the harness's own share of a token is that over the token's time.
 
@@ -21,18 +22,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.box.limits import Limits, RunCgroup, read_io_bytes  # noqa: E402
+from harness.box.limits import Limits, RunCgroup  # noqa: E402
 from harness.run.attribution import TokenClock  # noqa: E402
-from harness.run.worker import read_proc_io, rss_bytes  # noqa: E402
+from harness.run.worker import ProcessCounters  # noqa: E402
 
 
-def one_token(clock: TokenClock, io_stat: str | None) -> None:
+def one_token(clock: TokenClock, counters: ProcessCounters) -> None:
     """The worker's reads around one decode (harness.run.worker.Worker.decode_one), no decode."""
-    read_proc_io(), read_io_bytes(io_stat)
+    counters.io()
     clock.read()
     clock.read(before=False)
-    read_proc_io(), read_io_bytes(io_stat)
-    rss_bytes()
+    counters.io()
+    counters.rss()
 
 
 def main() -> None:
@@ -41,12 +42,12 @@ def main() -> None:
     device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else str(ROOT)
     with RunCgroup(Limits(device_path=device)) as cg:
         clock = TokenClock(cg.counter_files())
-        io_stat = cg.io_stat_file
+        counters = ProcessCounters(cg.io_stat_file)
         rounds = []
         for _ in range(5):
             t0 = time.perf_counter()
             for _ in range(tokens):
-                one_token(clock, io_stat)
+                one_token(clock, counters)
             rounds.append((time.perf_counter() - t0) / tokens * 1e6)
         files = cg.counter_files().as_dict()
     print(json.dumps({"tokens_per_round": tokens, "rounds": len(rounds),

@@ -80,6 +80,26 @@ def test_read_ahead_held_by_a_live_process_is_an_error(device, tmp_path, monkeyp
         sleeper.kill()
 
 
+def test_a_held_counter_file_is_rendered_anew_at_every_read(tmp_path):
+    """A counter file read twice a token stays open; each pread from offset 0 must show the
+    kernel's current count, not the first read's text."""
+    held = conditions.HeldFile("/proc/self/io")
+
+    def wchar():
+        return int(dict(line.split(": ") for line in held.read().splitlines())["wchar"])
+
+    before = wchar()
+    (tmp_path / "x").write_bytes(b"x" * (1 << 20))
+    assert wchar() - before >= 1 << 20
+    # a file that is not there reads as None, and is found once it exists
+    gone = conditions.HeldFile(tmp_path / "later")
+    assert gone.read() is None
+    (tmp_path / "later").write_text("7\n")
+    assert gone.read() == "7"
+    held.close()
+    gone.close()
+
+
 def test_damon_applied_counts_each_schemes_bytes_between_snapshots():
     def snap(sz, nr):
         return [{"kdamond": 0, "state": "on", "contexts": [{"schemes": [

@@ -137,6 +137,36 @@ def read_value(p: Path) -> str | None:
         return None
 
 
+class HeldFile:
+    """A small kernel file read again and again (a counter around every token): opened once, on
+    the first read, and re-read from offset 0 with pread, which makes the kernel render it anew.
+    Opening and closing it every time cost most of the harness's per-token reads (measured:
+    benchmarks/counter_reads.py). Opened lazily so that /proc/thread-self names the thread that
+    reads; None where it cannot be read, as read_value."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        self._fd: int | None = None
+
+    def read(self) -> str | None:
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            return os.pread(self._fd, 65536, 0).decode().strip()
+        except OSError:
+            self.close()  # a file that went away (an exited thread's) is opened anew next time
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def __del__(self):
+        self.close()
+
+
 def parse_keyed(text: str | None) -> dict:
     """'key value' lines (cpu.stat and the like) as {key: int}; lines that are not are skipped."""
     out = {}

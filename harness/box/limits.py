@@ -26,7 +26,7 @@ from typing import ClassVar
 from pathlib import Path
 
 from harness.run.attribution import CounterFiles
-from harness.box.conditions import BoxError, DeviceReadahead, parse_keyed, read_value
+from harness.box.conditions import BoxError, DeviceReadahead, HeldFile, parse_keyed, read_value
 from harness.util import left_by_dead_process, owner_tag
 
 CGROOT = Path("/sys/fs/cgroup")
@@ -345,14 +345,19 @@ class CgroupV2(RunCgroup):
         self.in_force["cgroup"] = "v2"
 
 
-def read_io_bytes(io_stat_file: str | None) -> dict:
-    """{'read': bytes, 'write': bytes} from a v1 blkio.throttle.io_service_bytes or v2 io.stat file;
-    -1 each when there is no such file."""
+def read_io_bytes(io_stat_file: str | HeldFile | None) -> dict:
+    """{'read': bytes, 'write': bytes} from a v1 blkio.throttle.io_service_bytes or v2 io.stat file
+    (a path, or the file held open for per-token reads); -1 each when there is no such file."""
     if not io_stat_file:
         return {"read": -1, "write": -1}
-    try:
-        text = Path(io_stat_file).read_text()
-    except OSError:
+    if isinstance(io_stat_file, HeldFile):
+        text, io_stat_file = io_stat_file.read(), io_stat_file.path
+    else:
+        try:
+            text = Path(io_stat_file).read_text()
+        except OSError:
+            text = None
+    if text is None:
         return {"read": -1, "write": -1}
     if io_stat_file.endswith("io.stat"):
         return {"read": sum(int(m) for m in re.findall(r"rbytes=(\d+)", text)),

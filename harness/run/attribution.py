@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.box import conditions
-from harness.box.conditions import parse_keyed, read_value
+from harness.box.conditions import HeldFile, parse_keyed, read_value
 from harness.record import TOKEN_FIELDS
 
 if TYPE_CHECKING:  # the measured process never imports pandas for this module
@@ -101,26 +101,36 @@ class Snapshot:
 
 
 class TokenClock:
-    """Reads every counter of the attribution at one moment, from the thread that decodes."""
+    """Reads every counter of the attribution at one moment, from the thread that decodes. The
+    files stay open (conditions.HeldFile): the reads happen twice a token."""
 
     def __init__(self, files: CounterFiles):
         self.files = files
+        self._held: dict[str, HeldFile] = {}
         # resolved once: a partition's whole disk (conditions.whole_disk) is a sysfs walk
         self.dev_stat = None
         if files.device:
             with contextlib.suppress(OSError):
                 self.dev_stat = conditions.device_stat_file(files.device)
+        d = Path(files.cpuacct_dir) if files.cpuacct_dir else None
+        self._v1_usage = d is not None and (d / "cpuacct.usage_user").exists()
+
+    def _read(self, path) -> str | None:
+        held = self._held.get(str(path))
+        if held is None:
+            held = self._held[str(path)] = HeldFile(path)
+        return held.read()
 
     def _cgroup_cpu(self) -> tuple[float, float]:
         d = self.files.cpuacct_dir
         if not d:
             return -1.0, -1.0
         d = Path(d)
-        if (d / "cpuacct.usage_user").exists():
-            u, s = read_value(d / "cpuacct.usage_user"), read_value(d / "cpuacct.usage_sys")
+        if self._v1_usage:
+            u, s = self._read(d / "cpuacct.usage_user"), self._read(d / "cpuacct.usage_sys")
             if u is not None and s is not None:
                 return int(u) / 1e9, int(s) / 1e9
-        st = parse_keyed(read_value(d / "cpu.stat"))
+        st = parse_keyed(self._read(d / "cpu.stat"))
         if "user_usec" in st:
             return st["user_usec"] / 1e6, st["system_usec"] / 1e6
         return -1.0, -1.0
@@ -128,7 +138,7 @@ class TokenClock:
     def _throttle(self) -> tuple[float, int, int]:
         if not self.files.cpu_stat:
             return -1.0, -1, -1
-        st = parse_keyed(read_value(self.files.cpu_stat))
+        st = parse_keyed(self._read(self.files.cpu_stat))
         if "throttled_time" in st:  # v1: ns
             thr = st["throttled_time"] / 1e9
         elif "throttled_usec" in st:  # v2: µs
@@ -141,42 +151,46 @@ class TokenClock:
         d = self.files.pressure_dir
         if not d:
             return -1.0, -1.0, -1.0, -1.0
-        io = read_value(Path(d) / "io.pressure")
+        io = self._read(Path(d) / "io.pressure")
         return (_psi_total(io, "some"), _psi_total(io, "full"),
-                _psi_total(read_value(Path(d) / "memory.pressure"), "some"),
-                _psi_total(read_value(Path(d) / "cpu.pressure"), "some"))
+                _psi_total(self._read(Path(d) / "memory.pressure"), "some"),
+                _psi_total(self._read(Path(d) / "cpu.pressure"), "some"))
 
-    @staticmethod
-    def _thread():
+    def _thread(self):
         # on-CPU time from CLOCK_THREAD_CPUTIME_ID, which brings the running task's runtime up to
         # date; schedstat's first field lags by up to a tick for the running thread (measured:
-        # 0 ms on-CPU for 1 ms tokens), its run_delay is current while the thread runs
-        sched = (read_value(Path("/proc/thread-self/schedstat")) or "-1 -1 0").split()
+        # 0 ms on-CPU for 1 ms tokens), its run_delay is current while the thread runs. The file
+        # is opened by the first read, from the decoding thread: thread-self is that thread.
+        sched = (self._read("/proc/thread-self/schedstat") or "-1 -1 0").split()
         return resource.getrusage(resource.RUSAGE_THREAD), [int(time.thread_time_ns()), sched[1]]
 
-    @staticmethod
-    def _siblings() -> float:
+    def _siblings(self) -> float:
         """The process's other threads' on-CPU plus run-queue time (schedstat), summed: the
         OpenMP team the decoding thread waits for at a barrier. Python's own threads are left out;
-        -1 when a thread's schedstat cannot be read."""
+        -1 when the threads cannot be listed."""
         own = {threading.get_native_id()} | {t.native_id for t in threading.enumerate()}
-        total = 0
         try:
             tids = os.listdir("/proc/self/task")
         except OSError:
             return -1.0
+        total = 0
         for tid in tids:
             if int(tid) in own:
                 continue
-            fields_ = (read_value(Path(f"/proc/self/task/{tid}/schedstat")) or "").split()
+            fields_ = (self._read(f"/proc/self/task/{tid}/schedstat") or "").split()
             if len(fields_) < 2:
                 continue  # the thread exited between the listing and the read
             total += int(fields_[0]) + int(fields_[1])
         return total / 1e9
 
     def _disk(self) -> tuple[float, int]:
-        st = conditions.parse_device_stat(read_value(self.dev_stat)) if self.dev_stat else {}
+        st = conditions.parse_device_stat(self._read(self.dev_stat)) if self.dev_stat else {}
         return (st["io_ticks_s"], st["read_bytes"]) if st else (-1.0, -1)
+
+    def close(self) -> None:
+        for held in self._held.values():
+            held.close()
+        self._held.clear()
 
     def read(self, before: bool = True) -> Snapshot:
         """Before a decode the thread's own counters are read last, after it first: they sit

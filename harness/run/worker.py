@@ -26,6 +26,7 @@ from harness.box import pagecache
 from harness.run import mechanisms as mech
 from harness.contract import WorkerParams
 from harness.models.layout import Layout
+from harness.box.conditions import HeldFile, read_value
 from harness.box.limits import read_io_bytes
 
 TOPK_PREFIX = b"ffn_moe_topk-"
@@ -65,15 +66,16 @@ def find_mapping(path: str) -> tuple[int, int, int]:
     return best
 
 
-def read_proc_io() -> dict:
+def read_proc_io(held: HeldFile | None = None) -> dict:
     """This process's /proc/self/io: read_bytes (block reads it caused) and write_bytes (page-cache
-    pages it dirtied, written back later by whoever flushes them)."""
+    pages it dirtied, written back later by whoever flushes them). `held`: the file held open for
+    per-token reads."""
     out = {"read_bytes": 0, "write_bytes": 0}
-    with open("/proc/self/io") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in out:
-                out[k] = int(v)
+    text = held.read() if held is not None else read_value(Path("/proc/self/io"))
+    for line in (text or "").splitlines():
+        k, _, v = line.partition(":")
+        if k in out:
+            out[k] = int(v)
     return out
 
 
@@ -84,9 +86,26 @@ def model_moment(model_path: str, io_stat: str | None) -> dict:
             "t_unix": time.time()}
 
 
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * libc.PAGE
+def rss_bytes(held: HeldFile | None = None) -> int:
+    text = held.read() if held is not None else read_value(Path("/proc/self/statm"))
+    return int(text.split()[1]) * libc.PAGE
+
+
+class ProcessCounters:
+    """The process's and its cgroup's counters the worker reads around every decode, held open
+    (conditions.HeldFile): /proc/self/io, the cgroup's io bytes, /proc/self/statm."""
+
+    def __init__(self, cgroup_io_stat: str | None):
+        self.proc_io = HeldFile("/proc/self/io")
+        self.io_stat = HeldFile(cgroup_io_stat) if cgroup_io_stat else None
+        self.statm = HeldFile("/proc/self/statm")
+
+    def io(self) -> tuple[dict, dict]:
+        """(/proc/self/io's bytes, the cgroup's read and write bytes)"""
+        return read_proc_io(self.proc_io), read_io_bytes(self.io_stat)
+
+    def rss(self) -> int:
+        return rss_bytes(self.statm)
 
 
 GGML_TYPE_F32, GGML_TYPE_I32 = 0, 26
@@ -368,6 +387,7 @@ class Worker:
         self.generated: list[int] = []
         self.routed_total = self.prefetched_total = self.mismatches = 0
         self.clock = attribution.TokenClock(attribution.CounterFiles(**p.counters))
+        self.counters = ProcessCounters(p.cgroup_io_stat)
         self.last_decode_end: float | None = None  # perf_counter at the end of the last decode
 
     # --- steps ------------------------------------------------------------------------------
@@ -466,7 +486,7 @@ class Worker:
 
     def decode_one(self, index: int, batch_tokens: list[int], pos: int) -> dict:
         """One llama_decode of `batch_tokens` at position `pos`: the token's row, by field name."""
-        llama, hook, m, io_stat = self.llama, self.hook, self.mechanism, self.p.cgroup_io_stat
+        llama, hook, m = self.llama, self.hook, self.mechanism
         n = len(batch_tokens)
         arr = (llama.llama_token * n)(*batch_tokens)
         # with hook_ab every other generated token runs with the hook switched off, in the same
@@ -480,7 +500,7 @@ class Worker:
             self.native.begin(pos, n, hook_on)
         m.begin_decode(pos, n)
         c0, ru0 = m.counters(), resource.getrusage(resource.RUSAGE_SELF)
-        io0, cg0 = read_proc_io(), read_io_bytes(io_stat)
+        io0, cg0 = self.counters.io()
         # the thread's counters are read right next to the decode's clock (TokenClock.read)
         snap0 = self.clock.read()
         t0 = time.perf_counter()
@@ -491,7 +511,7 @@ class Worker:
         snap1 = self.clock.read(before=False)
         wall = t1 - t0
         ru1, c1 = resource.getrusage(resource.RUSAGE_SELF), m.counters()
-        io1, cg1 = read_proc_io(), read_io_bytes(io_stat)
+        io1, cg1 = self.counters.io()
         if hook.error is not None:
             raise WorkerError(f"routing hook failed: {hook.error!r}") from hook.error
         if self.native:
@@ -524,7 +544,7 @@ class Worker:
             "other_prefetch_s": f"{c1['other_s'] - c0['other_s']:.6f}",
             "bytes_prefetched": prefetched, "bytes_routed": routed,
             "disk_read_bytes": io1["read_bytes"] - io0["read_bytes"],
-            "cgroup_read_bytes": since(cg0, cg1, "read"), "rss_bytes": rss_bytes(),
+            "cgroup_read_bytes": since(cg0, cg1, "read"), "rss_bytes": self.counters.rss(),
             "t_unix": f"{time.time():.3f}", "dirtied_bytes": io1["write_bytes"] - io0["write_bytes"],
             "cgroup_write_bytes": since(cg0, cg1, "write"), "bytes_missing": hook.missing,
             "bytes_missing_after": hook.missing_after,
@@ -553,7 +573,7 @@ class Worker:
                 done = index + 1
                 if done % max(1, total // 8) == 0 or done == total:
                     log.info("progress: %d/%d tokens, %.3f tok/s so far, rss %d MiB", done, total,
-                             done / (time.time() - t_start), rss_bytes() >> 20)
+                             done / (time.time() - t_start), self.counters.rss() >> 20)
             pos += len(batch)
             batch = [row["token_id"]]
         self.mechanism.close()
