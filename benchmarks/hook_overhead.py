@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd
 
+from harness.analysis import metrics
 from harness.build import llama
 from harness.box import pagecache
 from harness.run import supervise
@@ -70,8 +71,10 @@ def generated_rows(model, info, layout, manifest, mode, tokens, k, limits, ab=Fa
 
 
 def harness_tok_s(gen: pd.DataFrame) -> tuple[float, float]:
-    """tok/s of the generated tokens, and the hook time the run recorded per token (ms)."""
-    return len(gen) / gen.wall_s.sum(), 1000 * float(gen.hook_s.median())
+    """Steady tok/s of the generated tokens, as the pipeline reports a run (the first generated
+    token left out: llama-bench runs a warm-up first), and the hook time the run recorded per
+    token (ms)."""
+    return metrics.steady_rate(gen), 1000 * float(gen.hook_s.median())
 
 
 def ab_ratio(gen: pd.DataFrame) -> tuple[float, float]:
