@@ -126,6 +126,24 @@ def test_a_run_that_beats_its_floor_is_a_bound_error_and_one_that_does_not_is_no
     assert list(metrics.bound_errors(t)) == [False, True, True, False]
 
 
+def test_what_stands_in_the_way_is_the_largest_part_and_comes_out_each_way():
+    def runs(**shares):
+        base = {f"{k}_share": [0.0, 0.0] for k in ("io_wait", "kernel", "user", "hook",
+                                                  "throttled", "runqueue", "sync")}
+        return pd.DataFrame({**base, **{f"{k}_share": v for k, v in shares.items()}})
+
+    disk = metrics.in_the_way(runs(io_wait=[0.7, 0.6], kernel=[0.1, 0.1], user=[0.2, 0.3]))
+    assert disk["part"] == "io_wait" and disk["io_wait_share"] == pytest.approx(0.65)
+    # waiting for a CPU is throttled, run-queue and sync wait together: 0.2 + 0.15 + 0.15 > 0.45
+    cpu = metrics.in_the_way(runs(kernel=[0.45, 0.45], throttled=[0.2, 0.2],
+                                  runqueue=[0.15, 0.15], sync=[0.15, 0.15]))
+    assert cpu["part"] == "cpu_wait" and cpu["cpu_wait_share"] == pytest.approx(0.5)
+    # the hook is user CPU
+    assert metrics.in_the_way(runs(kernel=[0.4] * 2, user=[0.3] * 2, hook=[0.2] * 2))["part"] \
+        == "user"
+    assert metrics.in_the_way(runs(io_wait=[float("nan")] * 2)) == {}
+
+
 def test_kernel_cpu_per_byte_is_the_cheapest_run_of_each_read_path():
     runs = pd.DataFrame({"status": "ok", "mechanism": ["none", "madvise", "pread+madvise", "none"],
                          "kernel_share": [0.5, 0.2, 0.6, 0.5], "steady_tok_per_s": [1.0] * 4,

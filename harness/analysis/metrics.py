@@ -431,6 +431,32 @@ def floor_bound(floor_bytes: float, io_bytes_per_s: float, compute_s: float,
             "floor_no_overlap_tok_per_s": 1.0 / (io_s + cpu_s) if io_s + cpu_s > 0 else float("nan")}
 
 
+# the parts of a token grouped by what would have to shrink for it to approach its floor
+IN_THE_WAY = {
+    "io_wait": "waiting on the disk",
+    "kernel": "kernel CPU (the page cache's copies, faults and read calls)",
+    "user": "user CPU (the matmuls, the routing hook, the mechanism's own work)",
+    "cpu_wait": "waiting for a CPU (the quota's throttling, a barrier, other processes)",
+}
+
+
+def in_the_way(runs: pd.DataFrame) -> dict:
+    """What stands between a configuration and its floor, from its attribution: its mean steady
+    token's parts (median over its repeats) in four groups, the largest named `part`. `runs`: the
+    configuration's ok repeats (runs-table rows). Empty when they carry no attribution."""
+    med = {k: float(runs[f"{k}_share"].median()) if f"{k}_share" in runs else 0.0
+           for k in ("io_wait", "kernel", "user", "hook", "throttled", "runqueue", "sync")}
+    if runs.empty or med["io_wait"] != med["io_wait"]:
+        return {}
+    groups = {"io_wait": med["io_wait"], "kernel": med["kernel"],
+              "user": med["user"] + med["hook"],
+              "cpu_wait": med["throttled"] + med["runqueue"] + med["sync"]}
+    groups = {k: (v if v == v else 0.0) for k, v in groups.items()}
+    part = max(groups, key=groups.get)
+    return {"part": part, "what": IN_THE_WAY[part],
+            **{f"{k}_share": v for k, v in groups.items()}}
+
+
 def bound_errors(table: pd.DataFrame) -> pd.Series:
     """Runs that beat their floor: faster than its perfect-overlap tok/s, or reading fewer bytes
     from the first decode on than it says must be read. Either means the bound is wrong."""

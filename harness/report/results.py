@@ -641,17 +641,41 @@ def _distance_section(w: Writer, summ, runs, layouts, io_by_path: dict[str, floa
     if not rows:
         return
     t = w.table("distance_to_limit", pd.DataFrame(rows), "findings")
-    best = t.loc[t.steady_tok_per_s_median.idxmax()]
-    w.text(f"Best configuration: `{best.run_id}`, {sig(best.steady_tok_per_s_median)} steady tok/s, "
-           f"{sig(best.x_from_floor)}x from its floor of "
-           f"{sig(best.floor_perfect_overlap_tok_per_s)} tok/s (floor time per token: I/O "
-           f"{sig(best.floor_io_s)} s, CPU {sig(best.floor_cpu_s)} s).\n")
+    models = summ.set_index("run_id").model
+    for model, of_model in t.groupby(t.run_id.map(models), sort=False):
+        best = of_model.loc[of_model.steady_tok_per_s_median.idxmax()]
+        w.text(f"Best configuration of `{model}`: `{best.run_id}`, "
+               f"{sig(best.steady_tok_per_s_median)} steady tok/s, {sig(best.x_from_floor)}x from "
+               f"its floor of {sig(best.floor_perfect_overlap_tok_per_s)} tok/s (floor time per "
+               f"token: I/O {sig(best.floor_io_s)} s, CPU {sig(best.floor_cpu_s)} s). "
+               + _in_the_way_text(runs[(runs.run_id == best.run_id)
+                                       & (runs.status == Status.OK.value)], best) + "\n")
     bad = pd.concat(errors, ignore_index=True)
     if len(bad):
         w.text(f"**Bound errors: {len(bad)} repeat(s) beat their floor.**\n")
         w.table("bound_errors", bad, "findings")
     else:
         w.text("Bound errors: none (no repeat beat its floor).\n")
+
+
+def _in_the_way_text(mine: pd.DataFrame, best) -> str:
+    """What stands between the best configuration and its floor, from its attribution."""
+    way = metrics.in_the_way(mine)
+    if not way:
+        return "Its runs carry no attribution, so what stands in its way is not measured."
+    shares = ", ".join(f"{label} {way[k + '_share']:.0%}" for k, label in (
+        ("io_wait", "I/O wait"), ("kernel", "kernel CPU"), ("user", "user CPU"),
+        ("cpu_wait", "waiting for a CPU")))
+    text = (f"What stands in its way, from its attribution: {way['what']}, the largest part of its "
+            f"mean steady token ({shares}).")
+    steady_bytes = mine.cgroup_read_bytes_per_token.median() \
+        if "cgroup_read_bytes_per_token" in mine else float("nan")
+    if way["part"] == "io_wait" and steady_bytes == steady_bytes and best.floor_bytes_per_token > 0:
+        text += (f" It reads {sig(steady_bytes / 1e6)} MB a steady token where the floor must read "
+                 f"{sig(best.floor_bytes_per_token / 1e6)} MB a token "
+                 f"({sig(steady_bytes / best.floor_bytes_per_token)}x): the bytes a better cache "
+                 f"or prediction would not read.")
+    return text
 
 
 def _trace(runs, s) -> pd.DataFrame | None:
