@@ -336,9 +336,10 @@ TOKEN_COLUMNS = (
            "throttling and other processes"),
     Column("io_wait_s", "s", "a task of the run stalled on block I/O (the cgroup's io.pressure "
            "some)"),
-    Column("sync_wait_s", "s", "asleep at a barrier while the other compute threads ran or "
-           "waited for a CPU (what the other parts leave, at most those threads' on-CPU plus "
-           "run-queue time; -1: not measured)"),
+    Column("sync_wait_s", "s", "asleep, not on I/O, while the process's other threads (the "
+           "OpenMP team at a barrier, a mechanism's readers) ran or waited for a CPU (what the "
+           "other parts leave, at most those threads' on-CPU plus run-queue time; -1: not "
+           "measured)"),
     Column("unexplained_s", "s", "wall minus user, kernel, run-queue, I/O and sync wait"),
     Column("cg_user_s", "CPU-s", "the run cgroup's user CPU over all threads (cpuacct)"),
     Column("cg_sys_s", "CPU-s", "its system CPU"),

@@ -16,11 +16,12 @@ ggml's OpenMP team joins it at every node), so a token's wall time is explained 
   independently of the other three, so the identity can fail: when a token's parts leave more than
   IDENTITY_TOLERANCE of its wall time unexplained (or overexplained), the row says so.
 - sync wait: the thread asleep, not on I/O, at a barrier (OpenMP, ggml) while the other compute
-  threads finish their share: with a passive OpenMP wait policy the decoding thread sleeps there
-  instead of spinning, and under a CPU quota the other threads' throttling lands here rather than
-  in its run-queue wait. It is what the other parts leave, bounded by an independent count: the
-  other threads' on-CPU plus run-queue time (their schedstat) over the token, so a thread asleep
-  while its siblings were asleep too stays unexplained.
+  threads finish their share, or waiting for a mechanism's reader thread: with a passive OpenMP
+  wait policy the decoding thread sleeps there instead of spinning, and under a CPU quota the
+  other threads' throttling lands here rather than in its run-queue wait. It is what the other
+  parts leave, bounded by an independent count: the process's other threads' on-CPU plus
+  run-queue time (their schedstat) over the token, so a thread asleep while the others were
+  asleep too stays unexplained.
 - rest: what none of these explains. Sources this
   kernel does not fill are recorded as such (`sources()`): task delay accounting is off on this
   machine (`kernel.task_delayacct = 0`, a host setting we record and do not change), so per-thread
@@ -166,16 +167,17 @@ class TokenClock:
 
     def _siblings(self) -> float:
         """The process's other threads' on-CPU plus run-queue time (schedstat), summed: the
-        OpenMP team the decoding thread waits for at a barrier. Python's own threads are left out;
-        -1 when the threads cannot be listed."""
-        own = {threading.get_native_id()} | {t.native_id for t in threading.enumerate()}
+        OpenMP team the decoding thread waits for at a barrier, and a mechanism's reader threads
+        it waits for (odirect-cache's); an idle thread adds nothing. -1 when the threads cannot
+        be listed."""
+        me = str(threading.get_native_id())
         try:
             tids = os.listdir("/proc/self/task")
         except OSError:
             return -1.0
         total = 0
         for tid in tids:
-            if int(tid) in own:
+            if tid == me:
                 continue
             fields_ = (self._read(f"/proc/self/task/{tid}/schedstat") or "").split()
             if len(fields_) < 2:
