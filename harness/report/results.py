@@ -584,7 +584,8 @@ def _distance_section(w: Writer, summ, runs, layouts, io_by_path: dict[str, floa
     w.text("The floor of each configuration, per token: the *bytes* any run must read from its "
            "first decode on (Belady's optimal cache of the whole RAM budget, "
            f"{budget} bytes, on the run's own routing trace, started empty, less every byte of "
-           "the model resident when decoding began, as each repeat measured it), read at the "
+           "the model resident when decoding began, as each repeat measured it, in the page cache or "
+           "in a mechanism's own memory), read at the "
            "fastest rate the I/O ceiling measured for the configuration's read path "
            f"(`io_mb_per_s`: O_DIRECT {sig(io_by_path['O_DIRECT'] / 1e6)}, buffered read "
            f"{sig(io_by_path['buffered read'] / 1e6)}, fault {sig(io_by_path['fault'] / 1e6)} "
@@ -614,7 +615,12 @@ def _distance_section(w: Writer, summ, runs, layouts, io_by_path: dict[str, floa
         cpus = min(float(quota), float(mine.threads.iloc[0])) if quota else float(mine.threads.iloc[0])
         per_run = []
         for _, r in mine.iterrows():
-            resident = (r.residency_decode_start or 0.0) * lay["file_size"]
+            # what decoding starts with: the model's pages in the page cache, and the slabs a
+            # mechanism copied into its own memory before the first token (odirect-cache's warm
+            # start moves the load's page cache there, so the page cache alone undercounts it)
+            held = r.get("bytes_warm_start", 0.0)
+            resident = (r.residency_decode_start or 0.0) * lay["file_size"] \
+                + (float(held) if held == held and held else 0.0)
             fb = (metrics.floor_read_bytes(ex, slab, budget, resident) / s.tokens
                   if ex is not None else float("nan"))
             per_run.append({"run_id": s.run_id, "repeat": r.repeat,
