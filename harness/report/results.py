@@ -623,7 +623,7 @@ def _distance_section(w: Writer, summ, runs, layouts, io_by_path: dict[str, floa
                 + (float(held) if held == held and held else 0.0)
             fb = (metrics.floor_read_bytes(ex, slab, budget, resident) / s.tokens
                   if ex is not None else float("nan"))
-            per_run.append({"run_id": s.run_id, "repeat": r.repeat,
+            per_run.append({"run_id": s.run_id, "repeat": r["repeat"],
                             "steady_tok_per_s": r.steady_tok_per_s,
                             "decode_read_bytes_per_token": r.get("decode_read_bytes_per_token"),
                             "floor_bytes_per_token": fb,
