@@ -69,7 +69,7 @@ PARAMETERS: tuple[Parameter, ...] = (
               "`auto`: passive when the run has a CPU quota, libgomp's own when it has none; the "
               "worker's `OMP_WAIT_POLICY`, and llama-bench's in the ceilings. The record holds "
               "the policy `auto` chose. Under a quota a spinning thread spends the quota the "
-              "kernel's reads need (finding 12, reference/vm-2026-12-04b); with the CPUs to "
+              "kernel's reads need (finding 12, reference/vm-2026-12-04c); with the CPUs to "
               "itself a sleeping thread is slow to wake at every barrier (docs/benchmarks.md)",
               choices=("auto", "passive", "libgomp", "active"), cli=("--omp-wait-policy",)),
     Parameter("evict_after_load", bool, False,

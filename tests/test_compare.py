@@ -10,7 +10,7 @@ import pytest
 
 from harness.report.compare import CompareError, compare
 
-REF = Path(__file__).resolve().parents[1] / "reference" / "vm-2026-12-04b" / "results"
+REF = Path(__file__).resolve().parents[1] / "reference" / "vm-2026-12-04c" / "results"
 _REF_VERDICTS = pd.read_csv(REF / "final/tables/verdicts.csv").set_index("finding")
 REF_6_SEED, REF_6_DISK = (_REF_VERDICTS.loc["6", p] for p in ("seed-box", "disk-box"))
 OTHER = {"holds": "does not hold", "does not hold": "holds", "inconclusive": "holds"}

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def study(tmp_path):
     cfg = yaml.safe_load((ROOT / ".test/config/experiments.yaml").read_text())
-    cfg["compare"] = {"reference": "reference/vm-2026-12-04b/results"}
+    cfg["compare"] = {"reference": "reference/vm-2026-12-04c/results"}
     cfg["cluster"] = {"node": None, "partition": None, "local_dir": None}
     cfg["machines"] = {
         "node-a": {"profile": "profiles/slurm", "args": ["--slurm-init-seconds-before-status-checks", "2"],
@@ -56,7 +56,7 @@ def test_commands_name_the_machine_directory_profile_and_args(study):
 
 def test_the_comparison_has_the_compare_trees_then_every_machine(study):
     _, cfg = study
-    assert hm.compare_trees(cfg) == {"reference": "reference/vm-2026-12-04b/results",
+    assert hm.compare_trees(cfg) == {"reference": "reference/vm-2026-12-04c/results",
                                      "node-a": "machines/node-a/results",
                                      "here": "machines/here/results"}
     assert hm.compare_trees({"compare": {"x": "results"}}) == {"x": "results"}

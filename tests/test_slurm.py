@@ -26,7 +26,7 @@ from harness.config import check
 from tests.slurm_cluster import MARKER, PARTITION, Cluster, stale_test_link
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = "reference/vm-2026-12-04b/results"
+REFERENCE = "reference/vm-2026-12-04c/results"
 
 
 def test_only_a_link_a_killed_test_cluster_left_is_taken_over(tmp_path):
@@ -68,7 +68,7 @@ def cluster_run(cluster, tmp_path_factory):
                        "args": ["--slurm-init-seconds-before-status-checks", "2"]},
         "this-machine": {},
     }
-    cfg["compare"] = {"vm-2026-12-04b": str(ROOT / REFERENCE)}
+    cfg["compare"] = {"vm-2026-12-04c": str(ROOT / REFERENCE)}
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     bin_dir = Path(sys.executable).parent
     env = dict(cluster.env(), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
@@ -119,7 +119,7 @@ def test_machines_compare_side_by_side_with_a_tree_brought_back(cluster, cluster
     assert not (wd / "results/final").exists()  # the study directory itself measured nothing
     text = (wd / "results/compare/COMPARE.md").read_text()
     machines = pd.read_csv(wd / "results/compare/machines.csv").set_index("fact")
-    assert list(machines.columns) == ["vm-2026-12-04b", "slurm-node", "this-machine"]
+    assert list(machines.columns) == ["vm-2026-12-04c", "slurm-node", "this-machine"]
     assert machines.loc["slurm_partition", "slurm-node"] == PARTITION
     assert pd.isna(machines.loc["slurm_partition"].get("this-machine"))
     # every configuration of the .test study, measured on both machines, with its range and n
