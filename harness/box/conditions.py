@@ -140,8 +140,9 @@ def read_value(p: Path) -> str | None:
 class HeldFile:
     """A small kernel file read again and again (a counter around every token): opened once, on
     the first read, and re-read from offset 0 with pread, which makes the kernel render it anew.
-    Opening and closing it every time cost most of the harness's per-token reads (measured:
-    benchmarks/counter_reads.py). Opened lazily so that /proc/thread-self names the thread that
+    Opening and closing every counter file twice a token cost 0.58 ms a token; held open, the
+    same reads (and the other threads' schedstat) cost 0.13 ms (benchmarks/counter_reads.py,
+    benchmarks/results/counter_reads-2026-12-04*.txt). Opened lazily so that /proc/thread-self names the thread that
     reads; None where it cannot be read, as read_value."""
 
     def __init__(self, path: str | Path):
