@@ -126,6 +126,17 @@ def test_a_run_that_beats_its_floor_is_a_bound_error_and_one_that_does_not_is_no
     assert list(metrics.bound_errors(t)) == [False, True, True, False]
 
 
+def test_slabs_a_mechanism_holds_count_as_resident_at_decode_start():
+    # half of a 1000-byte model in the page cache, plus 300 bytes odirect-cache copied away
+    warm = pd.Series({"residency_decode_start": 0.5, "bytes_warm_start": 300.0})
+    assert metrics.resident_at_decode_start(warm, 1000) == pytest.approx(800.0)
+    # a mechanism with no warm start, and an older record without the column
+    assert metrics.resident_at_decode_start(
+        pd.Series({"residency_decode_start": 0.5, "bytes_warm_start": float("nan")}), 1000) == 500
+    assert metrics.resident_at_decode_start(pd.Series({"residency_decode_start": 0.25}), 1000) \
+        == 250
+
+
 def test_what_stands_in_the_way_is_the_largest_part_and_comes_out_each_way():
     def runs(**shares):
         base = {f"{k}_share": [0.0, 0.0] for k in ("io_wait", "kernel", "user", "hook",

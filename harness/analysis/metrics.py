@@ -457,6 +457,16 @@ def in_the_way(runs: pd.DataFrame) -> dict:
             **{f"{k}_share": v for k, v in groups.items()}}
 
 
+def resident_at_decode_start(run, file_size: int) -> float:
+    """Bytes of the model a run's decoding starts with: its pages in the page cache, and the slabs
+    a mechanism copied into its own memory before the first token (odirect-cache's warm start
+    moves the load's page cache there, so the page cache alone undercounts it). `run`: a
+    runs-table row."""
+    held = run.get("bytes_warm_start", 0.0)
+    held = float(held) if held == held and held else 0.0
+    return (run.get("residency_decode_start") or 0.0) * file_size + held
+
+
 def bound_errors(table: pd.DataFrame) -> pd.Series:
     """Runs that beat their floor: faster than its perfect-overlap tok/s, or reading fewer bytes
     from the first decode on than it says must be read. Either means the bound is wrong."""

@@ -615,12 +615,7 @@ def _distance_section(w: Writer, summ, runs, layouts, io_by_path: dict[str, floa
         cpus = min(float(quota), float(mine.threads.iloc[0])) if quota else float(mine.threads.iloc[0])
         per_run = []
         for _, r in mine.iterrows():
-            # what decoding starts with: the model's pages in the page cache, and the slabs a
-            # mechanism copied into its own memory before the first token (odirect-cache's warm
-            # start moves the load's page cache there, so the page cache alone undercounts it)
-            held = r.get("bytes_warm_start", 0.0)
-            resident = (r.residency_decode_start or 0.0) * lay["file_size"] \
-                + (float(held) if held == held and held else 0.0)
+            resident = metrics.resident_at_decode_start(r, lay["file_size"])
             fb = (metrics.floor_read_bytes(ex, slab, budget, resident) / s.tokens
                   if ex is not None else float("nan"))
             per_run.append({"run_id": s.run_id, "repeat": r["repeat"],
@@ -677,10 +672,11 @@ def _in_the_way_text(mine: pd.DataFrame, best) -> str:
     steady_bytes = mine.cgroup_read_bytes_per_token.median() \
         if "cgroup_read_bytes_per_token" in mine else float("nan")
     if way["part"] == "io_wait" and steady_bytes == steady_bytes and best.floor_bytes_per_token > 0:
-        text += (f" It reads {sig(steady_bytes / 1e6)} MB a steady token where the floor must read "
-                 f"{sig(best.floor_bytes_per_token / 1e6)} MB a token "
-                 f"({sig(steady_bytes / best.floor_bytes_per_token)}x): the bytes a better cache "
-                 f"or prediction would not read.")
+        text += (f" It reads {sig(steady_bytes / 1e6)} MB a steady token where the floor's whole "
+                 f"decode (the prompt's reads included) averages "
+                 f"{sig(best.floor_bytes_per_token / 1e6)} MB a generated token "
+                 f"({sig(steady_bytes / best.floor_bytes_per_token)}x): bytes a better cache or "
+                 f"prediction would not read.")
     return text
 
 
