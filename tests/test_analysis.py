@@ -124,6 +124,9 @@ def test_a_run_that_beats_its_floor_is_a_bound_error_and_one_that_does_not_is_no
                       "decode_read_bytes_per_token": [2e6, 2e6, 0.5e6, None],
                       "floor_bytes_per_token": [1e6, 1e6, 1e6, 1e6]})
     assert list(metrics.bound_errors(t)) == [False, True, True, False]
+    # a repeat flagged as disturbed is not judged; the others are, as before
+    t["disturbed"] = [False, True, False, False]
+    assert list(metrics.bound_errors(t)) == [False, False, True, False]
 
 
 def test_slabs_a_mechanism_holds_count_as_resident_at_decode_start():

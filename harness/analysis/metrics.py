@@ -469,13 +469,16 @@ def resident_at_decode_start(run, file_size: int) -> float:
 
 def bound_errors(table: pd.DataFrame) -> pd.Series:
     """Runs that beat their floor: faster than its perfect-overlap tok/s, or reading fewer bytes
-    from the first decode on than it says must be read. Either means the bound is wrong."""
+    from the first decode on than it says must be read. Either means the bound is wrong. A
+    repeat flagged as disturbed (column `disturbed`) is not judged: its figure is not trusted
+    (the verdicts leave it out too)."""
     num = {c: pd.to_numeric(table[c], errors="coerce") for c in (
         "steady_tok_per_s", "floor_perfect_overlap_tok_per_s", "decode_read_bytes_per_token",
         "floor_bytes_per_token")}
     faster = num["steady_tok_per_s"] > num["floor_perfect_overlap_tok_per_s"]
     fewer = num["decode_read_bytes_per_token"] < num["floor_bytes_per_token"] * (1 - 1e-9)
-    return (faster.fillna(False) | fewer.fillna(False)).astype(bool)
+    judged = ~table["disturbed"].fillna(False).astype(bool) if "disturbed" in table else True
+    return ((faster.fillna(False) | fewer.fillna(False)) & judged).astype(bool)
 
 
 def routing_heatmap(experts: pd.DataFrame, n_layer: int, n_expert: int) -> np.ndarray:

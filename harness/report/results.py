@@ -283,25 +283,38 @@ def _ceilings(w: Writer, d: Loaded, inputs):
                                            "cpu_quota"]], "io_ceiling")
     io_by_path = metrics.read_path_io_ceilings(io, d.limits.get("read_bps"))
     moe_row = "MoE fully cached, no RAM budget, --repack 0 (the harness's kernels)"
+    quota_c = compute.get("cpu_quota")
+
+    def ceiling_row(measurement: str, model: str, rec: dict | None) -> dict:
+        # a record from before these switches: one repetition, --no-warmup, the `auto` policy
+        rec = rec or {}
+        return {"measurement": measurement, "model": model, "tok_per_s": rec.get("tok_per_s"),
+                "fastest_tok_per_s": rec.get("fastest_tok_per_s", rec.get("tok_per_s")),
+                "repetitions": rec.get("repetitions", 1), "warmup": bool(rec.get("warmup", False)),
+                "omp_wait_policy": rec.get("omp_wait_policy"), "cpu_quota": quota_c}
+
     comp = pd.DataFrame([
-        {"measurement": "dense cold", "model": compute["dense_model"],
-         "tok_per_s": compute["dense_cold"].get("tok_per_s"), "cpu_quota": compute.get("cpu_quota")},
-        {"measurement": "dense warm", "model": compute["dense_model"],
-         "tok_per_s": compute["dense_warm"].get("tok_per_s"), "cpu_quota": compute.get("cpu_quota")},
-        {"measurement": moe_row, "model": compute["moe_model"],
-         "tok_per_s": compute["moe_warm"].get("tok_per_s"), "cpu_quota": compute.get("cpu_quota")},
-        *({"measurement": moe_row, "model": name, "tok_per_s": rec.get("tok_per_s"),
-           "cpu_quota": compute.get("cpu_quota")}
+        ceiling_row("dense cold", compute["dense_model"], compute["dense_cold"]),
+        ceiling_row("dense warm", compute["dense_model"], compute["dense_warm"]),
+        ceiling_row(moe_row, compute["moe_model"], compute["moe_warm"]),
+        *(ceiling_row(moe_row, name, rec)
           for name, rec in (compute.get("moe_warm_other") or {}).items()),
-        {"measurement": "MoE fully cached, no RAM budget, default repack",
-         "model": compute["moe_model"],
-         "tok_per_s": (compute.get("moe_warm_default_repack") or {}).get("tok_per_s"),
-         "cpu_quota": compute.get("cpu_quota")}])
-    w.text("Compute: llama-bench `-p 0 -n N -r 1 --no-warmup`, under the CPU quota in force; the "
-           "MoE ceiling of each quant the runs use.\n")
+        *(ceiling_row(moe_row, name, rec)
+          for name, recs in (compute.get("moe_warm_policies") or {}).items()
+          for rec in recs.values()),
+        ceiling_row("MoE fully cached, no RAM budget, default repack", compute["moe_model"],
+                    compute.get("moe_warm_default_repack"))])
+    w.text("Compute: llama-bench `-p 0 -n N -r R`, under the CPU quota in force; the MoE ceiling "
+           "of each quant the runs use, under each OpenMP wait policy its runs use "
+           "(`omp_wait_policy`). `warmup`: llama-bench decoded one token before the measured ones "
+           "(the MoE ceilings: the runs' steady rate leaves their first token out too); without "
+           "it (`--no-warmup`, the dense model, as the study measured it) the first token's "
+           "start-up work is in the figure. `tok_per_s`: the mean of the `repetitions`; the "
+           "floor's compute term is each quant's fastest repetition under any of its policies "
+           "(`fastest_tok_per_s`).\n")
     comp_t = w.table("compute_ceiling", comp, "compute_ceiling")
-    # read by name, never by row position
-    moe = comp_t[comp_t.measurement == moe_row].set_index("model").tok_per_s
+    # read by name, never by row position; the fastest policy and repetition of each quant
+    moe = comp_t[comp_t.measurement == moe_row].groupby("model").fastest_tok_per_s.max()
     moe_ceiling = {str(k): float(v) for k, v in moe.items() if v == v}
     _quota_section(w, inputs, comp_t)
 
@@ -590,12 +603,14 @@ def _distance_section(w: Writer, summ, runs, layouts, io_by_path: dict[str, floa
            f"(`io_mb_per_s`: O_DIRECT {sig(io_by_path['O_DIRECT'] / 1e6)}, buffered read "
            f"{sig(io_by_path['buffered read'] / 1e6)}, fault {sig(io_by_path['fault'] / 1e6)} "
            "MB/s); the "
-           "*CPU*: the model's fully cached compute ceiling under this regime's quota plus the "
+           "*CPU*: the model's fully cached compute ceiling under this regime's quota (its "
+           "fastest llama-bench repetition under any wait policy its runs use) plus the "
            "kernel CPU those bytes cost at the cheapest rate any run of the same read path paid "
            "(`kernel_us_per_mb`), over the CPUs the run may use. With perfect overlap the larger "
            "of the two, with none their sum. `x_from_floor`: how many times slower the "
            "configuration (its median steady tok/s) is than its perfect-overlap floor. A repeat faster than its floor, or "
-           "reading fewer bytes than it, is a **bound error**: the floor is wrong.\n")
+           "reading fewer bytes than it, is a **bound error**: the floor is wrong (a repeat flagged "
+           "as disturbed is not judged).\n")
     rows, traces, errors = [], {}, []
     for _, s in summ.iterrows():
         lay = layouts.get(s.model)
@@ -619,6 +634,7 @@ def _distance_section(w: Writer, summ, runs, layouts, io_by_path: dict[str, floa
             fb = (metrics.floor_read_bytes(ex, slab, budget, resident) / s.tokens
                   if ex is not None else float("nan"))
             per_run.append({"run_id": s.run_id, "repeat": r["repeat"],
+                            "disturbed": bool(r.get("disturbed", False)),
                             "steady_tok_per_s": r.steady_tok_per_s,
                             "decode_read_bytes_per_token": r.get("decode_read_bytes_per_token"),
                             "floor_bytes_per_token": fb,

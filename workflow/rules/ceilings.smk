@@ -69,6 +69,8 @@ rule compute_ceiling:
         dense_model=config["ceilings"]["dense_model"],
         moe_model=config["ceilings"]["moe_model"],
         other_moe_models=OTHER_MOE_MODELS,
+        wait_policies=moe_wait_policies,
+        repetitions=config["ceilings"].get("bench_repetitions", 1),
     log:
         "logs/compute_ceiling/{profile}.log",
     conda:

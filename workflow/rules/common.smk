@@ -118,6 +118,13 @@ def profile_params(wildcards):
     return profile_config(config, wildcards.profile)
 
 
+def moe_wait_policies(wildcards):
+    """The OpenMP wait policies of the profile's runs, as written (`auto` is resolved against the
+    calibrated quota by the script): every MoE quant's compute ceiling is measured under each,
+    and the floor takes the fastest."""
+    return sorted({r.omp_wait_policy for r in RUNS.values() if r.profile == wildcards.profile})
+
+
 def run_profile_params(wildcards):
     return profile_config(config, RUNS[wildcards.run_id].profile)
 
