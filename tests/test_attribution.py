@@ -77,6 +77,13 @@ def test_run_attribution_leaves_out_the_first_token_and_shares_add_up():
                                "unexplained_share"))
     assert total == pytest.approx(1.0)
     assert a["throttled_period_share"] == pytest.approx(0.75)
+    assert a["between_share"] != a["between_share"]  # no harness_s column: not measured
+
+
+def test_the_harness_s_work_between_decodes_is_a_share_of_the_steady_decodes():
+    gen = _rows(wall_s=[2.0, 1.0, 3.0], thread_user_s=[2.0, 1.0, 3.0],
+                harness_s=[5.0, 0.1, 0.3])  # the first token's 5 s are left out
+    assert run_attribution(gen)["between_share"] == pytest.approx(0.4 / 4.0)
 
 
 def _run(manifest, model, out, limits, **kw):

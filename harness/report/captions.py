@@ -8,8 +8,9 @@ PLOTS = {
         "(median over repeats) stacked by its parts, from the decoding thread's own clocks and the "
         "run cgroup's counters: I/O wait (blocked on the disk), kernel CPU, user CPU, the routing "
         "hook, throttled by the CPU quota, other run-queue wait, sync wait (asleep at a barrier "
-        "while the other compute threads run or are throttled), and what none of these explain. "
-        "Read it first: a mechanism that is faster must show which part it shrank. A bar mostly "
+        "while the other compute threads run or are throttled), and what none of these explain; "
+        "beyond the bar's decode, hatched: the harness's own work until the next decode, which no "
+        "tok/s counts. Read it first: a mechanism that is faster must show which part it shrank. A bar mostly "
         "blue is disk-bound; mostly orange, green, red or brown is CPU-bound."),
     "tok_per_s": (
         "Decode speed per configuration: steady tokens per second (the first generated token left "

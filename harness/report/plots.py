@@ -30,12 +30,12 @@ def summary_plots(w, summ: pd.DataFrame, any_synth: bool) -> None:
 
 COLORS = {"io_wait": "tab:blue", "kernel": "tab:orange", "user": "tab:green", "hook": "tab:purple",
           "throttled": "tab:red", "runqueue": "tab:pink", "sync": "tab:brown",
-          "unexplained": "lightgray"}
+          "unexplained": "lightgray", "between": "white"}
 
 
 def attribution_plot(w, t: pd.DataFrame) -> None:
     """Per configuration, the mean steady token's wall time stacked by its parts."""
-    from harness.run.attribution import PARTS
+    from harness.run.attribution import BETWEEN, PARTS
 
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(t) + 1.8))
     y = np.arange(len(t))
@@ -44,6 +44,12 @@ def attribution_plot(w, t: pd.DataFrame) -> None:
         vals = t[f"{part}_s"].clip(lower=0).to_numpy(float)
         ax.barh(y, vals, left=left, color=COLORS[part], label=part.replace("_", " "))
         left += vals
+    # beyond the decode's wall time, outlined: the harness's work until the next decode, which
+    # no tok/s counts (runs recorded before it was measured draw nothing)
+    vals = t[f"{BETWEEN}_s"].fillna(0).clip(lower=0).to_numpy(float) if f"{BETWEEN}_s" in t \
+        else np.zeros(len(t))
+    ax.barh(y, vals, left=left, color=COLORS[BETWEEN], edgecolor="black", hatch="//",
+            linewidth=0.5, label="harness, between decodes")
     labels = [f"{r} [{g}]" for r, g in zip(t.run_id, t.regime, strict=True)]
     ax.set_yticks(y, labels, fontsize=7)
     ax.set_xlabel("seconds per steady token (mean token, median of repeats)")

@@ -257,7 +257,10 @@ def _attribution_section(w: Writer, d: Loaded) -> None:
            f"configurations). A run is disk-bound when I/O wait is at least "
            f"{attribution.BOUND_SHARE:.0%} of its mean steady token, CPU-bound when on-CPU time, "
            f"run-queue wait (the quota's throttling included) and sync wait (asleep at a barrier "
-           f"while the other compute threads run or are throttled) are, mixed otherwise.\n")
+           f"while the other compute threads run or are throttled) are, mixed otherwise. "
+           f"`between_s` (hatched): the harness's own work from the end of one decode to the "
+           f"start of the next (the per-token counters, the row, the logits check, the expert "
+           f"log), outside the decode's clock, so no tok/s includes it.\n")
 
 
 def _ceilings(w: Writer, d: Loaded, inputs):

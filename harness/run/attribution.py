@@ -319,7 +319,8 @@ def run_attribution(gen) -> dict:
     cols = {"user_share": nan, "kernel_share": nan, "throttled_share": nan, "runqueue_share": nan,
             "io_wait_share": nan, "hook_share": nan, "sync_share": nan, "unexplained_share": nan,
             "disk_busy_share": nan, "identity_ok_share": nan, "throttled_period_share": nan,
-            "cg_user_s_per_token": nan, "cg_sys_s_per_token": nan, "regime": MIXED}
+            "cg_user_s_per_token": nan, "cg_sys_s_per_token": nan, "between_share": nan,
+            "regime": MIXED}
     if gen.empty or "io_wait_s" not in gen or (gen.io_wait_s < 0).all():
         return cols
     steady = gen.iloc[1:] if len(gen) > 1 else gen
@@ -329,6 +330,10 @@ def run_attribution(gen) -> dict:
         return cols
     for k in ("user", "kernel", "throttled", "runqueue", "io_wait", "hook", "sync", "unexplained"):
         cols[f"{k}_share"] = s[f"{k}_s"] / wall
+    # the harness's own work between two decodes (counters, the row, the logits check, the
+    # expert log): outside the decode's clock and every tok/s, over the decodes' time
+    if "harness_s" in steady:
+        cols["between_share"] = float(steady.harness_s.clip(lower=0).sum() / steady.wall_s.sum())
     busy = steady.disk_busy_s[steady.disk_busy_s >= 0]
     cols["disk_busy_share"] = float(busy.sum() / steady.wall_s.sum()) if len(busy) else nan
     # CPU seconds, not shares of the token: what a policy that spins or a copy costs the quota
@@ -348,6 +353,8 @@ def run_attribution(gen) -> dict:
 
 
 PARTS = ("io_wait", "kernel", "user", "hook", "throttled", "runqueue", "sync", "unexplained")
+# after the decode's parts, which add up to its wall time: the harness's work until the next decode
+BETWEEN = "between"
 
 
 def per_configuration(runs: pd.DataFrame) -> pd.DataFrame:
@@ -366,8 +373,10 @@ def per_configuration(runs: pd.DataFrame) -> pd.DataFrame:
     for part in PARTS:
         ok[f"{part}_s"] = ok[f"{part}_share"] * wall
     ok["token_s"] = wall
+    ok[f"{BETWEEN}_s"] = (ok[f"{BETWEEN}_share"] * wall if f"{BETWEEN}_share" in ok
+                          else float("nan"))
     cols = (["steady_tok_per_s", "token_s"] + [f"{p}_s" for p in PARTS]
-            + ["io_wait_share", "identity_ok_share"])
+            + [f"{BETWEEN}_s", "io_wait_share", "identity_ok_share"])
     t = ok.groupby("run_id", sort=False)[cols].median()
     t["regime"] = ok.groupby("run_id", sort=False).regime.agg(lambda r: r.mode().iloc[0])
     t["repeats"] = ok.groupby("run_id", sort=False).size()
