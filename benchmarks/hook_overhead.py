@@ -19,23 +19,20 @@ second, which the shared machine's noise swamps.
 """
 
 import json
-
-import yaml
 import logging
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import yaml
+
+from fullsize import ROOT, arguments, inputs, worker_run
 
 import pandas as pd
 
 from harness.analysis import metrics
-from harness.build import llama
 from harness.box import pagecache
-from harness.run import supervise
 from harness.box.ceilings import llama_bench
 from harness.config import adhoc_spec, cpu_quota_of, study_profiles
 from harness.box.limits import Limits
@@ -61,13 +58,9 @@ def generated_rows(model, info, layout, manifest, mode, tokens, k, limits, ab=Fa
     """tokens.csv's generated rows of one worker run of demand paging, fully cached."""
     spec = adhoc_spec(f"hook-{mode}", info["name"], "none", entry="bench", log_experts=False,
                       tokens=tokens, time_limit_s=3600, repeat=k, warm=True, hook=mode, hook_ab=ab)
-    with tempfile.TemporaryDirectory() as d:
-        rec = supervise.run(spec, Path(d) / "run", lib_dir=manifest["lib_dir"], build=manifest,
-                            model_info=info, layout_path=layout, limits=limits, time_limit_s=3600)
-        if rec["status"] != "ok":
-            raise SystemExit(f"hook-{mode} run failed: {rec.get('error')}")
-        note_conditions(f"hook-{mode}{' A/B' if ab else ''} round {k}", rec)
-        return pd.read_csv(Path(d) / "run" / "tokens.csv").query("phase == 'gen'")
+    gen, rec = worker_run(spec, manifest, info, layout, limits)
+    note_conditions(f"hook-{mode}{' A/B' if ab else ''} round {k}", rec)
+    return gen
 
 
 def harness_tok_s(gen: pd.DataFrame) -> tuple[float, float]:
@@ -91,19 +84,12 @@ def spread(values) -> dict:
 
 def main():
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    model = Path(args[0]).resolve()
-    rounds = int(args[1]) if len(args) > 1 else 6
-    tokens = int(args[2]) if len(args) > 2 else 64
+    model, rounds, tokens = arguments(default_rounds=6)
     cfg = yaml.safe_load((ROOT / "config/experiments.yaml").read_text())
     quota_file = ROOT / f"results/ceilings/{study_profiles(cfg)[0]}/cpu_quota.json"
     quota = cpu_quota_of(str(quota_file)) if "--quota" in sys.argv else None
     limits = Limits(cpu_quota=quota, device_path=str(model))
-    manifest = json.loads((ROOT / "results/build/llama.json").read_text())
-    # the hook of this checkout, not the one the last pipeline build recorded
-    manifest["hook_lib"] = str(llama.build_hook(Path(manifest["lib_dir"]).parents[2]))
-    info = json.loads(model.with_suffix(".json").read_text())
-    layout = str(model.with_name(model.stem + ".layout.json"))
+    manifest, info, layout = inputs(model)
     pagecache.warm(model)
     samples = {m: [] for m in (*MODES, "llama-bench --repack 0")}  # process level, tok/s
     recorded = {m: [] for m in MODES}  # the hook time each run wrote into tokens.csv (ms/token)

@@ -49,7 +49,8 @@ UNIT_OF_COLUMN = [
     (r"^n$|^n_|count|runs|tokens|repeats|configurations|_n$", "count"),
 ]
 # keys of a JSON or YAML tree that summarize the key above them, in its unit
-STATISTIC_KEYS = frozenset({"median", "mean", "min", "max", "low", "high"})
+STATISTIC_KEYS = frozenset({"median", "mean", "min", "max", "low", "high", "geomean", "ci_low",
+                            "ci_high"})
 QUOTE = re.compile(r"\[(?P<text>[^\]]*?\d[^\]]*)\]\((?P<target>[^)#\s]+)#(?P<frag>[^)\s]+)\)")
 NUMBER = re.compile(r"^\s*(?P<num>-?\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z/%]*)\s*$")
 # a measured number in prose: what a reader would take as a result
