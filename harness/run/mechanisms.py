@@ -8,6 +8,7 @@ every mechanism leaves the weights' values exactly as they are in the file.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import ctypes
 import mmap
@@ -439,6 +440,7 @@ class ODirectCache(Mechanism):
                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0, "odirect-cache")
                 self.regions.append((start, end))
         self.regions.sort()
+        self.region_starts = [start for start, _ in self.regions]
         self.pool = ThreadPoolExecutor(max_workers=max(1, int(io_depth)),
                                        thread_name_prefix="odirect")
         self.loaded: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
@@ -476,14 +478,16 @@ class ODirectCache(Mechanism):
         return copied
 
     def _region(self, offset: int, nbytes: int) -> tuple[int, int] | None:
-        """The page-aligned part of a slab's pages inside its tensor's anonymous region."""
+        """The page-aligned part of a slab's pages inside its tensor's anonymous region (the
+        regions are sorted and disjoint: the last one starting before the slab's end)."""
         astart = (offset // PAGE) * PAGE
         aend = -(-(offset + nbytes) // PAGE) * PAGE
-        for start, end in self.regions:
-            if start < aend and astart < end:
-                lo, hi = max(astart, start), min(aend, end)
-                return (lo, hi) if hi > lo else None
-        return None
+        i = bisect.bisect_left(self.region_starts, aend) - 1
+        if i < 0:
+            return None
+        start, end = self.regions[i]
+        lo, hi = max(astart, start), min(aend, end)
+        return (lo, hi) if hi > lo else None
 
     def _read(self, key: tuple[int, int]) -> None:
         """O_DIRECT read of a slab's pages straight into their place in the anonymous region."""
