@@ -4,7 +4,9 @@ The harness as a user runs it (`none`, every default: the native routing hook, t
 the per-token counters), on the full-size model, fully cached, no limits; beside it the same
 worker with the hook off (the bare decode) and `llama-bench --repack 0` (the stock tool on the
 same build and weights, with its warm-up, since the harness's steady rate leaves the first token
-out), interleaved in a rotating order for several rounds. Each round also runs the in-process A/B
+out), interleaved in a rotating order for several rounds. The model stays cached throughout
+(`keep_cache`: no eviction and re-read before each harness run), so paired measurements are
+seconds apart, not a 4 GB read apart: this VM's speed drifts on that scale. Each round also runs the in-process A/B
 (the hook switched off for every other token of one worker), which measures the hook's cost
 without the process-to-process noise.
 
@@ -54,7 +56,7 @@ def harness_run(model, info, layout, manifest, tokens, k, limits, **switches) ->
     """One worker run of `none`, fully cached: its generated rows and its record. Every parameter
     is the default a user gets unless `switches` say otherwise (hook, hook_ab)."""
     spec = adhoc_spec(f"harness-{k}", info["name"], "none", entry="bench", tokens=tokens,
-                      time_limit_s=3600, repeat=k, warm=True, **switches)
+                      time_limit_s=3600, repeat=k, warm=True, keep_cache=True, **switches)
     return worker_run(spec, manifest, info, layout, limits)
 
 

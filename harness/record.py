@@ -138,6 +138,8 @@ class Spec:
     rerun: bool = f("a disturbed repeat measured once more at the end of the study",
                     default=False)
     warm: bool = f("started with the model cached instead of cold (benchmarks)", default=False)
+    keep_cache: bool = f("with warm: a model already wholly cached was neither evicted nor re-read "
+                         "before the run (benchmarks)", default=False)
     hook: str = f("the routing hook's path asked for", default="native")
     hook_ab: bool = f("hook off on every other generated token (benchmarks)", default=False)
 

@@ -588,3 +588,27 @@ def test_odirect_cache_reads_the_predicted_slabs_ahead(odirect_runs):
     assert rec["summary"]["bytes_read_ahead"] > 0
     # slabs read ahead are hits when routed: fewer reads on the routing path than without
     assert tok.bytes_read.sum() < plain.bytes_read.sum()
+
+
+def test_keep_cache_skips_the_cold_start_only_for_a_model_wholly_cached(manifest, tiny_models,
+                                                                        tmp_path, monkeypatch):
+    from harness.box import pagecache
+
+    model = tiny_models["olmoe-tiny-Q4_K_M"]
+    evictions = []
+    real = pagecache.cold_start
+    monkeypatch.setattr(supervise.pagecache, "cold_start", lambda p: evictions.append(p) or real(p))
+    # the sha256 check reads the whole file, which would cache it again before the switch looks
+    monkeypatch.setattr(supervise, "_check_model_unchanged", lambda info: None)
+    pagecache.evict(model["info"]["path"])
+    assert pagecache.residency(model["info"]["path"]) < 0.5
+    s = spec("none", tokens=2, warm=True, keep_cache=True)
+    # not cached: evicted and read whole as without the switch
+    first = run(manifest, model, tmp_path / "first", s)
+    assert first["status"] == "ok" and len(evictions) == 1
+    assert first["residency_at_start"] > 0.999
+    # wholly cached now: neither evicted nor re-read, and the record says it started cached
+    again = run(manifest, model, tmp_path / "again", s)
+    assert again["status"] == "ok" and len(evictions) == 1
+    assert again["residency_before"] == again["residency_at_start"] > 0.999
+    assert again["spec"]["keep_cache"] is True
