@@ -46,7 +46,7 @@ from harness.box.ceilings import llama_bench
 from harness.box.identity import machine_info
 from harness.box.limits import Limits
 from harness.config import adhoc_spec
-from harness.run import supervise
+from harness.run import attribution, supervise
 
 LEVEL = 0.90
 BENCH = "llama-bench --repack 0"
@@ -69,7 +69,7 @@ def rates(gen: pd.DataFrame) -> dict:
             "decode_ms": 1000 * float(steady.wall_s.median()),
             "hook_ms": 1000 * float(steady.hook_s.median()),
             "harness_between_ms": 1000 * float(steady.harness_s.median()),
-            "harness_between_share": float(steady.harness_s.sum() / steady.wall_s.sum())}
+            "harness_between_share": attribution.between_share(gen)}
 
 
 def ab_share(gen: pd.DataFrame) -> float:

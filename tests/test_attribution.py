@@ -78,6 +78,10 @@ def test_run_attribution_leaves_out_the_first_token_and_shares_add_up():
     assert total == pytest.approx(1.0)
     assert a["throttled_period_share"] == pytest.approx(0.75)
     assert a["between_share"] != a["between_share"]  # no harness_s column: not measured
+    # measured without the kernel's counters too (they are -1 where this kernel lacks them)
+    bare = _rows(wall_s=[2.0, 1.0, 1.0], io_wait_s=[-1.0] * 3, harness_s=[0.5, 0.1, 0.1])
+    b = run_attribution(bare)
+    assert b["io_wait_share"] != b["io_wait_share"] and b["between_share"] == pytest.approx(0.1)
 
 
 def test_the_harness_s_work_between_decodes_is_a_share_of_the_steady_decodes():

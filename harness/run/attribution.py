@@ -312,6 +312,17 @@ def regime(io_share: float, cpu_share: float) -> str:
     return MIXED
 
 
+def between_share(gen) -> float:
+    """The harness's own work between two decodes (tokens.csv harness_s: the counters, the row,
+    the logits check, the expert log) over the decodes' time, steady tokens only: outside the
+    decode's clock and every tok/s. nan when not measured. It needs no kernel counter, so a run
+    without them has it too."""
+    steady = gen.iloc[1:] if len(gen) > 1 else gen
+    if "harness_s" not in steady or steady.empty or not steady.wall_s.sum() > 0:
+        return float("nan")
+    return float(steady.harness_s.clip(lower=0).sum() / steady.wall_s.sum())
+
+
 def run_attribution(gen) -> dict:
     """The runs-table columns of the attribution, from a run's generated-token rows (steady: the
     first generated token excluded when there are others)."""
@@ -319,8 +330,8 @@ def run_attribution(gen) -> dict:
     cols = {"user_share": nan, "kernel_share": nan, "throttled_share": nan, "runqueue_share": nan,
             "io_wait_share": nan, "hook_share": nan, "sync_share": nan, "unexplained_share": nan,
             "disk_busy_share": nan, "identity_ok_share": nan, "throttled_period_share": nan,
-            "cg_user_s_per_token": nan, "cg_sys_s_per_token": nan, "between_share": nan,
-            "regime": MIXED}
+            "cg_user_s_per_token": nan, "cg_sys_s_per_token": nan,
+            "between_share": between_share(gen), "regime": MIXED}
     if gen.empty or "io_wait_s" not in gen or (gen.io_wait_s < 0).all():
         return cols
     steady = gen.iloc[1:] if len(gen) > 1 else gen
@@ -330,10 +341,6 @@ def run_attribution(gen) -> dict:
         return cols
     for k in ("user", "kernel", "throttled", "runqueue", "io_wait", "hook", "sync", "unexplained"):
         cols[f"{k}_share"] = s[f"{k}_s"] / wall
-    # the harness's own work between two decodes (counters, the row, the logits check, the
-    # expert log): outside the decode's clock and every tok/s, over the decodes' time
-    if "harness_s" in steady:
-        cols["between_share"] = float(steady.harness_s.clip(lower=0).sum() / steady.wall_s.sum())
     busy = steady.disk_busy_s[steady.disk_busy_s >= 0]
     cols["disk_busy_share"] = float(busy.sum() / steady.wall_s.sum()) if len(busy) else nan
     # CPU seconds, not shares of the token: what a policy that spins or a copy costs the quota

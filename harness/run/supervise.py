@@ -156,10 +156,12 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
         record = {"run_id": spec["run_id"], "spec": spec, "status": None}
         try:
             run_model, scratch = _model_to_run(spec, model_path)
-            if spec.get("warm") and spec.get("keep_cache") and pagecache.residency(run_model) > 0.999:
+            cached = (pagecache.residency(run_model) if spec.get("warm") and spec.get("keep_cache")
+                      else 0.0)
+            if cached > 0.999:
                 # a benchmark of cached decoding: evicting and re-reading the whole file would
                 # only put seconds of I/O between the measurements it pairs
-                res_before = res_after_evict = pagecache.residency(run_model)
+                res_before = res_after_evict = cached
             else:
                 res_before, res_after_evict = pagecache.cold_start(run_model)
                 if spec.get("warm"):
