@@ -100,3 +100,14 @@ def with_wait_policy(env: dict, policy: str) -> dict:
     if policy != "libgomp":
         env["OMP_WAIT_POLICY"] = policy.upper()
     return env
+
+
+def log_to(path: os.PathLike) -> None:
+    """A workflow script's first call: stderr and the logging module into the rule's log file,
+    line-buffered, each line stamped (what every Snakemake script of this workflow does)."""
+    import logging
+    import sys
+
+    sys.stderr = open(path, "w", buffering=1)  # noqa: SIM115 - the process's stderr from now on
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s",
+                        force=True)

@@ -1,6 +1,8 @@
-import sys
+from harness.util import log_to
 
-sys.stderr = open(snakemake.log[0], "w", buffering=1)
+log_to(snakemake.log[0])
+
+import sys
 
 from harness.report.compare import compare
 

@@ -1,10 +1,8 @@
+from harness.util import log_to
+
+log_to(snakemake.log[0])
+
 import sys
-
-sys.stderr = open(snakemake.log[0], "w", buffering=1)
-
-import logging
-
-logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
 
 import json
 from pathlib import Path

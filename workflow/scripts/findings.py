@@ -1,10 +1,6 @@
-import sys
+from harness.util import log_to
 
-sys.stderr = open(snakemake.log[0], "w", buffering=1)
-
-import logging
-
-logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
+log_to(snakemake.log[0])
 
 from harness.report.results import write_findings
 

@@ -1,10 +1,8 @@
-import sys
+from harness.util import log_to
 
-sys.stderr = open(snakemake.log[0], "w", buffering=1)
+log_to(snakemake.log[0])
 
 import logging
-
-logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
 
 from harness.analysis.metrics import disturbed_repeats
 from harness.util import atomic_write_json
