@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.box.limits import Limits, RunCgroup  # noqa: E402
+from harness.box.limits import Limits, run_cgroup  # noqa: E402
 from harness.run.attribution import TokenClock  # noqa: E402
 from harness.run.worker import ProcessCounters  # noqa: E402
 
@@ -40,7 +40,7 @@ def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     tokens = int(args[0]) if args else 2000
     device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else str(ROOT)
-    with RunCgroup(Limits(device_path=device)) as cg:
+    with run_cgroup(Limits(device_path=device)) as cg:
         clock = TokenClock(cg.counter_files())
         counters = ProcessCounters(cg.io_stat_file)
         rounds = []

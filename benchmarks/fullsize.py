@@ -38,6 +38,6 @@ def worker_run(spec: dict, manifest: dict, info: dict, layout: str, limits) -> t
     with tempfile.TemporaryDirectory() as d:
         rec = supervise.run(spec, Path(d) / "run", lib_dir=manifest["lib_dir"], build=manifest,
                             model_info=info, layout_path=layout, limits=limits, time_limit_s=3600)
-        if rec["status"] != "ok":
-            raise SystemExit(f"{spec['run_id']} failed: {rec.get('error')}")
+        if rec.status != "ok":
+            raise SystemExit(f"{spec['run_id']}: {rec.status}")
         return pd.read_csv(Path(d) / "run" / "tokens.csv").query("phase == 'gen'"), rec

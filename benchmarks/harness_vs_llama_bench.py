@@ -115,7 +115,7 @@ def main():
                 continue
             gen, rec = harness_run(model, info, layout, manifest, tokens, k, limits,
                                    **({"hook": "off"} if what == "bare" else {}))
-            policies.add((what, rec["spec"]["omp_wait_policy"]))
+            policies.add((what, rec.spec.omp_wait_policy))
             row[what] = rates(gen)
         gen, _ = harness_run(model, info, layout, manifest, 2 * tokens, k, limits, hook_ab=True)
         row["hook_share_ab"] = ab_share(gen)

@@ -45,10 +45,10 @@ MODES = ("off", "native", "python")
 CONDITIONS: list[dict] = []
 
 
-def note_conditions(what: str, rec: dict) -> None:
-    box = rec.get("box") or {}
+def note_conditions(what: str, rec) -> None:
+    box = rec.box
     # what was set, not what the run did under it (its peak memory, an OOM kill)
-    limits = {k: v for k, v in (rec.get("limits_in_force") or {}).items()
+    limits = {k: v for k, v in rec.limits_in_force.items()
               if k not in ("peak_cgroup_bytes", "oom_killed")}
     CONDITIONS.append({"what": what, "limits_in_force": limits,
                        "damon_applied": box.get("damon_applied_during_run")})

@@ -57,8 +57,8 @@ def main():
                                     time_limit_s=3600)
                 tok = pd.read_csv(Path(d) / "run" / "tokens.csv")
             gen = tok[tok.phase == "gen"]
-            row = {"round": k, "mechanism": mech, "read_ahead_kb": rec["limits_in_force"]["read_ahead_kb"],
-                   "status": rec["status"], "tok_per_s": len(gen) / gen.wall_s.sum(),
+            row = {"round": k, "mechanism": mech, "read_ahead_kb": rec.limits_in_force["read_ahead_kb"],
+                   "status": rec.status, "tok_per_s": len(gen) / gen.wall_s.sum(),
                    "majflt_per_token": gen.majflt.mean(),
                    "disk_bytes_per_token": gen.cgroup_read_bytes.mean(),
                    "routed_bytes_per_token": gen.bytes_routed.mean()}

@@ -17,12 +17,12 @@ import json
 import sys
 from pathlib import Path
 
-from harness import parameters
+from harness import parameters, record
+from harness.contract import Status
 from harness.run import supervise
 from harness.config import adhoc_spec, parse_size
 from harness.models.layout import read_layout
 from harness.box.limits import Limits
-from harness.run.mechanisms import REGISTRY
 from harness.util import atomic_write_json, sha256_file
 from harness.models.checks import check_gguf
 
@@ -38,14 +38,10 @@ def add_run_parameters(ap: argparse.ArgumentParser) -> None:
             action = "store_false" if p.default else "store_true"
             ap.add_argument(*p.cli, dest=p.name, action=action, default=p.default, help=helptext)
             continue
-        choices = p.choices or None
-        if p.name == "mechanism":
-            choices = sorted(REGISTRY)
-        elif p.name == "lookahead_base":
-            choices = sorted(m for m in REGISTRY if m != "lookahead")
-        default = "pread+madvise" if p.name == "mechanism" else p.default  # the study's design
-        ap.add_argument(*p.cli, dest=p.name, type=p.type, default=default, choices=choices,
-                        help=helptext + (" (default: 2)" if p.name == "threads" else ""))
+        default = p.default if p.cli_default is None else p.cli_default
+        ap.add_argument(*p.cli, dest=p.name, type=p.type, default=default,
+                        choices=sorted(parameters.choices(p)) or None,
+                        help=helptext + (f" (default: {default})" if default is not None else ""))
 
 
 def main(argv=None) -> int:
@@ -89,9 +85,9 @@ def main(argv=None) -> int:
     except supervise.RunFailed as exc:
         print(exc, file=sys.stderr)
         return 1
-    json.dump(rec, sys.stdout, indent=2, default=str)
+    json.dump({**rec.as_dict(), "format": record.FORMAT_VERSION}, sys.stdout, indent=2, default=str)
     print()
-    return 0 if rec["status"] == supervise.STATUS_OK else 3
+    return 0 if rec.status == Status.OK.value else 3
 
 
 if __name__ == "__main__":

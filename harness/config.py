@@ -11,7 +11,6 @@ import dataclasses
 import itertools
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from harness import parameters
@@ -23,13 +22,6 @@ UNITS = {None: 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
 # the run parameters (names, types, defaults, which mechanisms read them) are harness.parameters'
 SWEEPABLE, MECHANISM_DEFAULTS = parameters.SWEEPABLE, parameters.MECHANISM_DEFAULTS
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9._+-]*$")
-# bounds on what one run may ask for: a run past them would take hours, or its context would
-# not fit (refused before any job starts, naming the key)
-MAX_TOKENS = 2048
-MAX_PROMPT_CHARS = 4000
-MAX_TIME_LIMIT_S = 6 * 3600
-MAX_REPEATS = 20
-MAX_LRU_BUDGET_MB = 64 * 1024
 
 
 class ConfigError(ValueError):
@@ -51,43 +43,27 @@ def parse_size(value, where: str) -> int:
     return int(float(m.group(1)) * UNITS[unit])
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    run_id: str
-    entry: str
-    model: str
-    mechanism: str
-    mlock_non_expert: bool
-    log_experts: bool
-    threads: int
-    prompt: str
-    tokens: int
-    repeats: int
-    lru_budget_mb: int
-    prefetch_threads: int
-    time_limit_s: float
-    evict_after_load: bool = False
-    omp_wait_policy: str = "auto"
-    lookahead_base: str = "madvise"
-    lookahead_experts: int = 8
-    lookahead_layers: int = 1
-    lookahead_call: str = "madvise"
-    lookahead_source: str = "ffn_norm"
-    writeback: str = "kernel"
-    cache_budget_mb: int = 900
-    io_depth: int = 4
-    predict_experts: int = 8
-    warm_start: bool = True
-    profile: str = ""  # the machine profile (regime) the run is measured under
-
-    def as_dict(self) -> dict:
-        d = dict(self.__dict__)
-        # each mechanism declares the keys it takes; only those reach it
-        d["mechanism_options"] = {k: d[k] for k in REGISTRY[self.mechanism].options}
-        return d
+def _as_dict(self) -> dict:
+    d = dict(self.__dict__)
+    # each mechanism declares the keys it takes; only those reach it
+    d["mechanism_options"] = {k: d[k] for k in REGISTRY[self.mechanism].options}
+    return d
 
 
-DEFAULT_PROMPT = parameters.DEFAULT_PROMPT
+def _spec_field(p: parameters.Parameter):
+    return (p.name, p.type) if p.default is None else \
+        (p.name, p.type, dataclasses.field(default=p.default))
+
+
+# One run's configuration: its id, its entry, every run parameter of harness.parameters (with its
+# declared default) and the profile (regime) it is measured under. Derived from the registry, so
+# a new parameter is here without an edit; keyword-only, so the order of the registry is free.
+RunSpec = dataclasses.make_dataclass(
+    "RunSpec",
+    [("run_id", str), ("entry", str), *map(_spec_field, parameters.PARAMETERS),
+     ("profile", str, dataclasses.field(default=""))],
+    frozen=True, kw_only=True, namespace={"as_dict": _as_dict})
+RunSpec.__module__ = __name__  # pickling finds it here
 
 
 def adhoc_spec(run_id: str, model: str, mechanism: str, *, repeat: int = 1, **overrides) -> dict:
@@ -95,10 +71,11 @@ def adhoc_spec(run_id: str, model: str, mechanism: str, *, repeat: int = 1, **ov
     defaults, then `overrides` (RunSpec fields, or supervisor switches such as `warm`). The one
     constructor besides `expand`, so every spec has the same keys."""
     fields = set(RunSpec.__dataclass_fields__)
-    declared = {p.name: p.default for p in parameters.PARAMETERS if p.default is not None}
-    # no profile here: 2 threads; one repeat
-    base = RunSpec(run_id=run_id, entry="adhoc", model=model, mechanism=mechanism,
-                   **{**declared, "threads": 2, "repeats": 1})
+    # no profile here: the command line's defaults where they differ (threads); one repeat
+    declared = {p.name: p.default if p.cli_default is None else p.cli_default
+                for p in parameters.PARAMETERS if p.default is not None or p.cli_default is not None}
+    base = RunSpec(run_id=run_id, entry="adhoc", **{**declared, "model": model,
+                                                     "mechanism": mechanism, "repeats": 1})
     base = dataclasses.replace(base, **{k: v for k, v in overrides.items() if k in fields})
     return {**base.as_dict(), "repeat": repeat,
             **{k: v for k, v in overrides.items() if k not in fields}}
@@ -167,33 +144,15 @@ def check_run_values(config: dict, entry: str, vals: dict) -> None:
     if vals.get("model") not in config.get("models", {}):
         raise ConfigError(f"{where}.model: {vals.get('model')!r} is not one of the models: "
                           f"{', '.join(config.get('models', {}))}")
-    if vals.get("mechanism") not in REGISTRY:
-        raise ConfigError(f"{where}.mechanism: {vals.get('mechanism')!r} is not one of "
-                          f"{', '.join(REGISTRY)}")
-    for k in ("tokens", "repeats", "threads"):
-        if not isinstance(vals.get(k), int) or isinstance(vals.get(k), bool) or vals[k] < 1:
-            raise ConfigError(f"{where}.{k}: {vals.get(k)!r} must be a whole number >= 1")
-    if not isinstance(vals.get("prompt"), str) or not vals["prompt"].strip():
+    # every parameter's type, bounds and allowed values, as declared (list items included:
+    # the schema's bounds on a list hold for its items only)
+    for p in parameters.PARAMETERS:
+        why = parameters.problem(p, vals.get(p.name)) if vals.get(p.name) is not None else ""
+        if why:
+            raise ConfigError(f"{where}.{p.name}: {why}")
+    if not vals["prompt"].strip():
         raise ConfigError(f"{where}.prompt: {vals.get('prompt')!r} is empty; the run decodes from a "
                           "prompt of at least one non-blank character")
-    # a closed set of values (the schema's enums hold for list items only)
-    for p in parameters.PARAMETERS:
-        if p.choices and vals.get(p.name) is not None and vals[p.name] not in p.choices:
-            raise ConfigError(f"{where}.{p.name}: {vals[p.name]!r} is not one of {list(p.choices)}")
-    base = vals.get("lookahead_base", "madvise")
-    if base not in REGISTRY or base == "lookahead":
-        raise ConfigError(f"{where}.lookahead_base: {base!r} is not one of the base mechanisms: "
-                          f"{', '.join(m for m in REGISTRY if m != 'lookahead')}")
-    if vals.get("lru_budget_mb", 0) < 0:
-        raise ConfigError(f"{where}.lru_budget_mb: {vals['lru_budget_mb']} is negative")
-    for k, bound in (("tokens", MAX_TOKENS), ("repeats", MAX_REPEATS),
-                     ("time_limit_s", MAX_TIME_LIMIT_S), ("lru_budget_mb", MAX_LRU_BUDGET_MB)):
-        if isinstance(vals.get(k), int | float) and vals[k] > bound:
-            raise ConfigError(f"{where}.{k}: {vals[k]} is over the bound of {bound} (a run that "
-                              "long, or that large, is a typo more often than a plan)")
-    if len(vals["prompt"]) > MAX_PROMPT_CHARS:
-        raise ConfigError(f"{where}.prompt: {len(vals['prompt'])} characters, over the bound of "
-                          f"{MAX_PROMPT_CHARS}")
     mech = REGISTRY[vals["mechanism"]]
     body = (config.get("experiments") or {}).get(entry) or {}
     for k in MECHANISM_DEFAULTS:
@@ -208,7 +167,7 @@ def check_run_values(config: dict, entry: str, vals: dict) -> None:
         raise ConfigError(f"{where}: model {vals['model']!r} is dense (shape {model.get('shape')!r} "
                           f"has no experts); {vals['mechanism']} prefetches experts: use mechanism "
                           "none, or a MoE model")
-    if n_expert and "lookahead_experts" in mech.options and vals.get("lookahead_experts", 8) > n_expert:
+    if n_expert and "lookahead_experts" in mech.options and vals["lookahead_experts"] > n_expert:
         raise ConfigError(f"{where}.lookahead_experts: {vals['lookahead_experts']} is more than "
                           f"model {vals['model']!r}'s {n_expert} experts per layer")
 

@@ -1,12 +1,16 @@
 """Every run parameter, declared once: its name, type, unit, default, allowed values, which
 mechanisms read it, whether an experiment may list values of it, and what it means.
 
-What else names a run parameter is derived from this registry or tested against it
-(tests/test_parameters.py): the config's expansion (`harness.config`: the keys, the sweepable
-set, the mechanism options' defaults), each mechanism's options (`harness.run.mechanisms`), the
-mapping of a run spec into the worker's parameters (`harness.run.supervise`), the command line
-(`python -m harness`), the config schema's `defaults` and `experiments` entries and the key
-table of config/README.md. No imports from the rest of the package: everything may import it.
+Everything else that names a run parameter is derived from this registry: the config's
+expansion and its checks (`harness.config`: the keys, the sweepable set, every bound),
+`harness.config.RunSpec` and the record's `harness.record.Spec`, each mechanism's options and
+their defaults (`harness.run.mechanisms.make`), the mapping of a run spec into the worker's
+parameters (`harness.run.supervise`), the command line (`python -m harness`), runs.csv's columns,
+and the generated files: the schema's parameter entries (workflow/schemas/parameters.schema.yaml),
+config/README.md's key table and docs/run-record.md (`python -m harness.docs` writes them; a test
+checks they are current). Adding a parameter touches this file, the mechanism that reads it, and
+the generated files. No imports from the rest of the package at import time: everything may
+import it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ class Parameter:
     mechanisms: tuple[str, ...] = ()  # the mechanisms that read it; () = every run uses it
     worker: bool = False  # passed to the worker process as it is (contract.WorkerParams)
     cli: tuple[str, ...] = ()  # `python -m harness` flags; () = not on the command line
+    cli_default: object = None  # the command line's default where it differs (no profile there)
+    # the allowed values are a registry's, not a fixed set: "mechanisms" or "base mechanisms"
+    choices_from: str = ""
+    exclusive_minimum: bool = False  # the value must be above `minimum`, not equal to it
+    max_length: int | None = None  # strings: at most this many characters
+    required: bool = False  # every experiment must set it (no default, and none from the profile)
 
     @property
     def flag(self) -> str:
@@ -45,24 +55,28 @@ def current_value(name: str, value):
 
 
 PARAMETERS: tuple[Parameter, ...] = (
-    Parameter("model", str, None, "a model name of `models:`", worker=False),
+    Parameter("model", str, None, "a model name of `models:`", required=True),
     Parameter("mechanism", str, None, "the prefetch mechanism (harness/run/mechanisms.py)",
-              worker=True, cli=("--mechanism",)),
+              choices_from="mechanisms", required=True, worker=True, cli=("--mechanism",),
+              cli_default="pread+madvise"),
     Parameter("mlock_non_expert", bool, False, "mlock every non-expert tensor at start",
               worker=True, cli=("--mlock-non-expert",)),
     Parameter("log_experts", bool, True,
               "per-activation logging (the original `-q` is `false`)", worker=True,
               cli=("-q", "--no-expert-log")),
     Parameter("threads", int, None, "decode threads (default: the profile's)", minimum=1,
-              worker=True, cli=("-t", "--threads")),
+              worker=True, cli=("-t", "--threads"), cli_default=2),
+    # the bounds below refuse what would take hours or not fit a context: more often a typo
+    # than a plan
     Parameter("prompt", str, "The history of the Roman Empire begins with", "seed prompt",
-              sweepable=False, worker=True, cli=("-p", "--prompt")),
+              sweepable=False, worker=True, cli=("-p", "--prompt"), max_length=4000),
     Parameter("tokens", int, 32, "tokens generated per run", unit="tokens", minimum=1,
-              worker=True, cli=("-n", "--tokens")),
+              maximum=2048, worker=True, cli=("-n", "--tokens")),
     Parameter("repeats", int, 3, "fresh-process repeats after a cold start, interleaved across "
-              "entries", minimum=1, sweepable=False),
+              "entries", minimum=1, maximum=20, sweepable=False),
     Parameter("time_limit_s", float, 1800, "per-run wall limit; a run past it is recorded as "
-              "`killed: time`", unit="s", minimum=0, sweepable=False, cli=("--time-limit",)),
+              "`killed: time`", unit="s", minimum=0, exclusive_minimum=True, maximum=6 * 3600,
+              sweepable=False, cli=("--time-limit",)),
     Parameter("omp_wait_policy", str, "auto",
               "how llama.cpp's idle OpenMP threads wait at a barrier: `passive` (sleep at once), "
               "`libgomp` (libgomp's own default: spin a while, then sleep), `active` (spin), or "
@@ -77,7 +91,7 @@ PARAMETERS: tuple[Parameter, ...] = (
               "decoding starts with no expert cached; off = what llama.cpp's populating load "
               "leaves (the study's case)", worker=True, cli=("--evict-after-load",)),
     Parameter("lru_budget_mb", int, 0, "lru-odirect: the expert cache's budget", unit="MB",
-              minimum=0, mechanisms=("lru-odirect",), cli=("--lru-budget-mb",)),
+              minimum=0, maximum=64 * 1024, mechanisms=("lru-odirect",), cli=("--lru-budget-mb",)),
     Parameter("prefetch_threads", int, 1, "threadpool: worker threads", minimum=1,
               mechanisms=("threadpool",), cli=("--prefetch-threads",)),
     Parameter("writeback", str, "kernel",
@@ -100,7 +114,7 @@ PARAMETERS: tuple[Parameter, ...] = (
               minimum=0, mechanisms=("odirect-cache",), cli=("--predict-experts",)),
     Parameter("lookahead_base", str, "madvise",
               "lookahead: the mechanism that makes each layer's routed slabs resident",
-              mechanisms=("lookahead",), cli=("--lookahead-base",)),
+              choices_from="base mechanisms", mechanisms=("lookahead",), cli=("--lookahead-base",)),
     Parameter("lookahead_experts", int, 8, "lookahead: experts predicted per layer ahead",
               minimum=1, mechanisms=("lookahead",), cli=("--lookahead-experts",)),
     Parameter("lookahead_layers", int, 1, "lookahead: how many layers ahead to predict",
@@ -120,7 +134,6 @@ SWEEPABLE = tuple(p.name for p in PARAMETERS if p.sweepable)
 # the values of keys only some mechanisms read, when an experiment leaves them out
 MECHANISM_DEFAULTS = {p.name: p.default for p in PARAMETERS if p.mechanisms}
 WORKER_KEYS = tuple(p.name for p in PARAMETERS if p.worker)
-DEFAULT_PROMPT = BY_NAME["prompt"].default
 
 
 def options_of(mechanism: str) -> tuple[str, ...]:
@@ -128,26 +141,118 @@ def options_of(mechanism: str) -> tuple[str, ...]:
     return tuple(p.name for p in PARAMETERS if mechanism in p.mechanisms)
 
 
+def option_defaults(mechanism: str) -> dict:
+    """A mechanism's options with their declared defaults (what `make` fills in)."""
+    return {p.name: p.default for p in PARAMETERS if mechanism in p.mechanisms}
+
+
+def choices(p: Parameter) -> tuple:
+    """The values `p` allows: its own closed set, or a registry's (the mechanisms, or those a
+    lookahead can wrap); () for any value of its type."""
+    if not p.choices_from:
+        return p.choices
+    from harness.run import mechanisms  # imports this module: only when asked
+
+    return {"mechanisms": tuple(mechanisms.REGISTRY),
+            "base mechanisms": mechanisms.base_mechanisms()}[p.choices_from]
+
+
+def _is(value, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def problem(p: Parameter, value) -> str:
+    """Why `value` is not a valid value of `p` ("" when it is): its type, bounds and allowed
+    values, as the schema states them, in the words a config error uses."""
+    if not _is(value, p.type):
+        return f"{value!r} is not a {p.type.__name__}"
+    allowed = choices(p)
+    if allowed and value not in allowed:
+        among = f"the {p.choices_from}: " if p.choices_from else ""
+        return f"{value!r} is not one of {among}{', '.join(map(str, allowed))}"
+    if p.minimum is not None and (value <= p.minimum if p.exclusive_minimum else value < p.minimum):
+        return f"{value!r} must be {'over' if p.exclusive_minimum else 'at least'} {p.minimum}"
+    if p.maximum is not None and value > p.maximum:
+        return (f"{value!r} is over the bound of {p.maximum} (a run that long, or that large, is "
+                "a typo more often than a plan)")
+    if p.max_length is not None and len(value) > p.max_length:
+        return f"{len(value)} characters, over the bound of {p.max_length}"
+    return ""
+
+
 def _yaml(v) -> str:
     return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
 def markdown_table() -> str:
-    """config/README.md's table of experiment keys (a test checks the README carries it)."""
+    """config/README.md's table of experiment keys (generated: `python -m harness.docs`)."""
     rows = ["| key | type | default | read by | meaning |", "|---|---|---|---|---|"]
     for p in PARAMETERS:
         default = "-" if p.default is None else f"`{_yaml(p.default)}`"
         kind = p.type.__name__
         if p.minimum is not None:
-            kind += f" >= {_yaml(p.minimum)}" if p.maximum is None else \
+            low = ">" if p.exclusive_minimum else ">="
+            kind += f" {low} {_yaml(p.minimum)}" if p.maximum is None else \
                 f" {_yaml(p.minimum)}-{_yaml(p.maximum)}"
+        if p.max_length is not None:
+            kind += f", at most {p.max_length} characters"
         kind += f" ({p.unit})" if p.unit else ""
         if p.choices:
             kind += ": " + ", ".join(f"`{c}`" for c in p.choices)
+        elif p.choices_from:
+            kind += f": one of the {p.choices_from}"
         users = ", ".join(f"`{m}`" for m in p.mechanisms) or "every run"
         listed = "" if p.sweepable else " One value, never a list."
         rows.append(f"| `{p.name}` | {kind} | {default} | {users} | {p.doc}.{listed} |")
     return "\n".join(rows) + "\n"
+
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def value_schema(p: Parameter) -> dict:
+    """The JSON schema of one value of `p`: type, bounds, allowed values. A string's length
+    bound is left to harness.config's check, whose message does not echo a long value back."""
+    out: dict = {"type": JSON_TYPES[p.type]}
+    if p.minimum is not None:
+        out["exclusiveMinimum" if p.exclusive_minimum else "minimum"] = p.minimum
+    if p.maximum is not None:
+        out["maximum"] = p.maximum
+    if choices(p):
+        out["enum"] = list(choices(p))
+    return out
+
+
+def _entry(p: Parameter) -> dict:
+    """An experiment's entry for `p`. A sweepable one is a value or a list of values: the bounds
+    stand beside the type (JSON schema applies them to numbers only) so that a bad value is
+    named as it is, and an allowed set is on the items (harness.config names a bad single value)."""
+    one = value_schema(p)
+    doc = p.doc + (f" (at most {p.max_length} characters)" if p.max_length else "")
+    if not p.sweepable:
+        return {**one, "description": doc}
+    bounds = {k: v for k, v in one.items() if k not in ("type", "enum")}
+    return {"type": [one["type"], "array"], **bounds, "items": one, "description": doc}
+
+
+def schema() -> dict:
+    """The config schema's parameter entries (workflow/schemas/parameters.schema.yaml, which
+    config.schema.yaml refers to): `defaults` (each parameter with a default, and its default)
+    and one experiment entry (every parameter; a sweepable one may be a list of values)."""
+    defaults = {p.name: {**value_schema(p), "default": p.default, "description": p.doc}
+                for p in PARAMETERS if p.default is not None}
+    return {"$schema": SCHEMA_DIALECT, "$defs": {
+        "defaults": {"type": "object", "additionalProperties": False,
+                     "description": "values every experiment inherits unless it sets its own",
+                     "properties": defaults},
+        "experiment": {"type": "object", "additionalProperties": False,
+                       "required": [p.name for p in PARAMETERS if p.required],
+                       "properties": {p.name: _entry(p) for p in PARAMETERS}}}}
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ written before the format existed, the committed reference runs among them): `re
 converts it, filling what format 1 did not yet record with its "not recorded" value; format 2
 wrote parameter values since renamed (harness.parameters.RENAMED_VALUES), which it renames. A record
 of a newer format, or with a field this version does not know, is refused with a message that
-names the versions. `python -m harness.record` prints docs/run-record.md, the reference page of
+names the versions. `python -m harness.docs` writes docs/run-record.md, the reference page of
 every field (a test checks the page is current).
 
 Nested parts the kernel or the host fill with a varying set of keys (the box's counters, the
@@ -103,45 +103,47 @@ class ModelRef:
     staged_from: str | None = f("the shared file a node-local copy was made from")
 
 
-@dataclass(frozen=True)
-class Spec:
-    """The run's configuration: the run parameters of harness.parameters, and which repeat."""
+def _spec_fields() -> list[tuple]:
+    """record.Spec's fields: the run's id and entry, every run parameter of harness.parameters
+    (its unit, sentence and default from there), and what the supervisor adds."""
+    params = [(p.name, p.type, _param(p.name)) for p in parameters.PARAMETERS]
+    return [
+        ("run_id", str, f("the configuration's id (`<entry>--<key>-<value>...[@<profile>]`)")),
+        ("entry", str, f("the experiment entry it expands from")),
+        *params,
+        ("profile", str, f("the machine profile (regime) measured under", default="")),
+        ("mechanism_options", dict, f("the options the mechanism was given", "", factory=dict)),
+        ("repeat", int, f("which repeat (1-based)", "count", default=1)),
+        ("rerun", bool, f("a disturbed repeat measured once more at the end of the study",
+                          default=False)),
+        ("warm", bool, f("started with the model cached instead of cold (benchmarks)",
+                         default=False)),
+        ("keep_cache", bool, f("with warm: a model already wholly cached was neither evicted nor "
+                               "re-read before the run (benchmarks)", default=False)),
+        ("hook", str, f("the routing hook's path asked for", default="native")),
+        ("hook_ab", bool, f("hook off on every other generated token (benchmarks)", default=False)),
+    ]
 
-    run_id: str = f("the configuration's id (`<entry>--<key>-<value>...[@<profile>]`)")
-    entry: str = f("the experiment entry it expands from")
-    model: str = _param("model")
-    mechanism: str = _param("mechanism")
-    mlock_non_expert: bool = _param("mlock_non_expert")
-    log_experts: bool = _param("log_experts")
-    threads: int = _param("threads")
-    prompt: str = _param("prompt")
-    tokens: int = _param("tokens")
-    repeats: int = _param("repeats")
-    lru_budget_mb: int = _param("lru_budget_mb")
-    prefetch_threads: int = _param("prefetch_threads")
-    time_limit_s: float = _param("time_limit_s")
-    evict_after_load: bool = _param("evict_after_load")
-    omp_wait_policy: str = _param("omp_wait_policy")
-    lookahead_base: str = _param("lookahead_base")
-    lookahead_experts: int = _param("lookahead_experts")
-    lookahead_layers: int = _param("lookahead_layers")
-    lookahead_call: str = _param("lookahead_call")
-    lookahead_source: str = _param("lookahead_source")
-    writeback: str = _param("writeback")
-    cache_budget_mb: int = _param("cache_budget_mb")
-    io_depth: int = _param("io_depth")
-    predict_experts: int = _param("predict_experts")
-    warm_start: bool = _param("warm_start")
-    profile: str = f("the machine profile (regime) measured under", default="")
-    mechanism_options: dict = f("the options the mechanism was given", "", factory=dict)
-    repeat: int = f("which repeat (1-based)", "count", default=1)
-    rerun: bool = f("a disturbed repeat measured once more at the end of the study",
-                    default=False)
-    warm: bool = f("started with the model cached instead of cold (benchmarks)", default=False)
-    keep_cache: bool = f("with warm: a model already wholly cached was neither evicted nor re-read "
-                         "before the run (benchmarks)", default=False)
-    hook: str = f("the routing hook's path asked for", default="native")
-    hook_ab: bool = f("hook off on every other generated token (benchmarks)", default=False)
+
+# The run's configuration: derived from harness.parameters, so a new run parameter is a field
+# here (and a row of docs/run-record.md) without an edit.
+Spec = dataclasses.make_dataclass(
+    "Spec", _spec_fields(), frozen=True,
+    namespace={"__doc__": "The run's configuration: the run parameters of harness.parameters, "
+                          "and which repeat."})
+Spec.__module__ = __name__  # pickling finds it here
+
+
+def check_spec(spec: dict, where: str = "run spec") -> None:
+    """Refuse a spec the record could not hold, before anything is measured: a key the record
+    does not declare, or a run parameter missing."""
+    known = {x.name for x in dataclasses.fields(Spec)}
+    unknown = sorted(set(spec) - known)
+    missing = [k for k in parameters.RUN_KEYS if k not in spec]
+    if unknown or missing:
+        raise RecordError(f"{where}: " + "; ".join(
+            ([f"keys the run record does not declare: {', '.join(unknown)}"] if unknown else [])
+            + ([f"run parameters missing: {', '.join(missing)}"] if missing else [])))
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,10 @@ class RunRecord:
         """-1 when the cgroup's counter was not available."""
         v = self.cgroup_io_bytes.get("read")
         return -1 if v is None else v
+
+    @property
+    def machine_cpus(self) -> int | None:
+        return self.machine.get("cores")
 
     @property
     def cpu_steal_s(self) -> float | None:
@@ -358,10 +364,148 @@ TOKEN_COLUMNS = (
 TOKEN_FIELDS = [c.name for c in TOKEN_COLUMNS]
 
 
+# --- runs.csv ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunColumn:
+    name: str
+    unit: str
+    doc: str
+    source: str  # where the value comes from: run.json, tokens.csv, mechanism.csv, or analysis
+
+
+# per steady token: the generated tokens after the first (the first is `first_token_s`)
+_STEADY = "tokens.csv, steady tokens"
+# per generated token: every generated token, the first included
+_GEN = "tokens.csv, generated tokens"
+
+
+def _parameter_columns() -> tuple[RunColumn, ...]:
+    return tuple(RunColumn(p.name, p.unit, p.doc, "run.json spec") for p in parameters.PARAMETERS)
+
+
+# one row per run record: harness.analysis.metrics.run_row writes exactly these columns, in this
+# order (a test checks it), and runs_table adds the last two
+RUN_COLUMNS: tuple[RunColumn, ...] = (
+    RunColumn("run_id", "", "the configuration's id", "run.json"),
+    RunColumn("repeat", "count", "which repeat (1-based)", "run.json spec"),
+    RunColumn("entry", "", "the experiment entry it expands from", "run.json spec"),
+    RunColumn("rerun", "", "a disturbed repeat measured once more at the end of the study",
+              "run.json spec"),
+    RunColumn("profile", "", "the machine profile (regime) measured under", "run.json spec"),
+    RunColumn("quant", "", "the model's quantization type", "run.json model"),
+    RunColumn("synthetic", "", "the model has random weights with the original's shapes",
+              "run.json model"),
+    *_parameter_columns(),
+    RunColumn("status", "", "`ok`, `killed: memory`, `killed: time` or `failed`", "run.json"),
+    RunColumn("tokens_completed", "tokens", "generated tokens decoded", "run.json"),
+    RunColumn("tok_per_s", "tok/s", "generated tokens over their decode time, the first included",
+              _GEN),
+    RunColumn("steady_tok_per_s", "tok/s", "the run's figure: the steady tokens over their "
+              "decode time", _STEADY),
+    RunColumn("mean_median_gap", "fraction", "|mean / median - 1| of the steady tokens' times",
+              _STEADY),
+    RunColumn("run_wall_s", "s", "the measured process's wall time, load included", "run.json"),
+    RunColumn("prompt_tok_per_s", "tok/s", "the prompt's batched decode", "tokens.csv, prompt"),
+    RunColumn("majflt_per_token", "count", "major page faults", _GEN),
+    RunColumn("bytes_prefetched_per_token", "bytes", "bytes the mechanism's syscalls returned", _GEN),
+    RunColumn("bytes_routed_per_token", "bytes", "bytes of the routed experts' slabs", _GEN),
+    RunColumn("disk_read_bytes_per_token", "bytes", "the process's read bytes (/proc/self/io)",
+              _GEN),
+    RunColumn("pread_s_per_token", "s", "time in the mechanism's pread calls", _GEN),
+    RunColumn("madvise_s_per_token", "s", "time in its madvise calls", _GEN),
+    RunColumn("other_prefetch_s_per_token", "s", "time in its other work", _GEN),
+    RunColumn("wall_s_per_token", "s", "decode wall time", _GEN),
+    RunColumn("peak_rss_bytes", "bytes", "the largest resident set size after a decode",
+              "tokens.csv"),
+    RunColumn("peak_cgroup_bytes", "bytes", "the run cgroup's peak memory", "run.json"),
+    RunColumn("byte_accounting_ok", "", "prefetched bytes equal routed bytes in every layer "
+              "(empty: the mechanism does not prefetch)", "run.json summary"),
+    RunColumn("residency_at_start", "fraction", "share of the model cached when the process "
+              "started", "run.json"),
+    RunColumn("machine_cpus", "count", "the machine's CPUs (what CPU steal is a share of)",
+              "run.json machine"),
+    RunColumn("limits_enforced", "", "false: the profile's limits could not be applied and the "
+              "run went on without them (profile.allow_unenforced)", "run.json limits_in_force"),
+    RunColumn("read_ahead_kb", "KiB", "the device's read-ahead during the run",
+              "run.json limits_in_force"),
+    RunColumn("fadvise", "", "the posix_fadvise advice llama.cpp gives the model file",
+              "run.json build"),
+    RunColumn("cpu_quota", "CPUs", "the run cgroup's CPU quota (empty: none)",
+              "run.json limits_in_force"),
+    RunColumn("write_bps_limit", "bytes/s", "the run's write throttle", "run.json limits_in_force"),
+    RunColumn("bytes_warm_start", "bytes", "odirect-cache: slabs copied in from the page cache "
+              "before the first token", "run.json summary"),
+    RunColumn("residency_decode_start", "fraction", "share of the model file in the page cache "
+              "when decoding began", "run.json summary"),
+    RunColumn("load_read_bytes", "bytes", "what the run's cgroup read during the model's load",
+              "run.json summary"),
+    RunColumn("first_token_s", "s", "the first generated token's decode time", _GEN),
+    RunColumn("cgroup_read_bytes_per_token", "bytes", "the run cgroup's disk reads", _GEN),
+    RunColumn("read_amplification", "x", "bytes the disk delivered per routed expert byte", _GEN),
+    RunColumn("dirtied_bytes_per_token", "bytes", "bytes the process dirtied", _GEN),
+    RunColumn("bytes_missing_per_token", "bytes", "routed bytes not resident before each "
+              "layer's prefetch", _GEN),
+    RunColumn("kernel_read_vs_missing", "x", "the cgroup's reads over the missing routed bytes "
+              "(1.0: the kernel read nothing more)", _GEN),
+    RunColumn("hook_s_per_token", "s", "the routing hook's own time", _GEN),
+    RunColumn("mechanism_s_per_token", "s", "time in the mechanism's own calls", _GEN),
+    RunColumn("cgroup_write_bytes_per_token", "bytes", "the run cgroup's disk writes", _GEN),
+    RunColumn("device_read_bytes", "bytes", "the device's reads during the run (other processes "
+              "included)", "run.json box"),
+    RunColumn("device_write_bytes", "bytes", "the device's writes during the run",
+              "run.json box"),
+    RunColumn("foreign_read_bytes", "bytes", "what the rest of the machine read from the same "
+              "disk during the run", "run.json box"),
+    RunColumn("cpu_steal_s", "s", "CPU time the host stole during the run, over all CPUs",
+              "run.json box"),
+    RunColumn("damon_pageout_bytes", "bytes", "what the host's DAMON paged out during the run",
+              "run.json box"),
+    RunColumn("damon_applied_bytes", "bytes", "what every DAMON scheme applied to during the run",
+              "run.json box"),
+    RunColumn("decode_read_bytes_per_token", "bytes", "the cgroup's reads from the first decode on "
+              "(the prompt's included), per generated token", "tokens.csv"),
+    RunColumn("harness_s_per_token", "s", "the harness's own work between two decodes", _GEN),
+    *(RunColumn(f"{part}_share", "fraction", f"{what}, as a share of the mean steady token",
+                _STEADY) for part, what in (
+        ("user", "user CPU"), ("kernel", "kernel CPU"), ("throttled", "throttled by the quota"),
+        ("runqueue", "runnable, waiting for a CPU"), ("io_wait", "stalled on block I/O"),
+        ("hook", "the routing hook"), ("sync", "asleep at a barrier while other threads ran"),
+        ("unexplained", "what no part explains"), ("disk_busy", "the device busy"))),
+    RunColumn("identity_ok_share", "fraction", "steady tokens whose parts explain their wall "
+              "time within 10%", _STEADY),
+    RunColumn("throttled_period_share", "fraction", "CFS periods the cgroup was throttled in",
+              _STEADY),
+    RunColumn("cg_user_s_per_token", "CPU-s", "the run cgroup's user CPU over all threads",
+              _STEADY),
+    RunColumn("cg_sys_s_per_token", "CPU-s", "its system CPU", _STEADY),
+    RunColumn("between_share", "fraction", "the harness's work between decodes, beside the "
+              "mean steady token", _STEADY),
+    RunColumn("regime", "", "`disk-bound`, `CPU-bound` or `mixed`, from the attribution", _STEADY),
+    RunColumn("lookahead_precision", "fraction", "predicted experts that were routed",
+              "mechanism.csv"),
+    RunColumn("lookahead_recall", "fraction", "routed experts that were predicted",
+              "mechanism.csv"),
+    RunColumn("lookahead_wasted_bytes_per_token", "bytes", "bytes read ahead for experts not "
+              "routed", "mechanism.csv"),
+    RunColumn("lookahead_resident_share", "fraction", "of the bytes read ahead, the share "
+              "already resident when their layer ran", "mechanism.csv"),
+    RunColumn("start_utc", "", "when the measured process started (ISO 8601)", "run.json"),
+    RunColumn("end_utc", "", "when it ended", "run.json"),
+    RunColumn("record", "", "the run.json it comes from", "analysis"),
+    RunColumn("flag_reason", "", "why the machine disturbed this repeat (empty: it did not)",
+              "analysis (harness.analysis.metrics.flag_reason)"),
+    RunColumn("disturbed", "", "flagged: left out of the verdicts, never out of the tables",
+              "analysis"),
+)
+RUN_FIELDS = [c.name for c in RUN_COLUMNS]
+
+
 def reference_page() -> str:
     """docs/run-record.md: every field of every record type, with its unit."""
     out = ["# The run record: every field and its unit", "",
-           "Generated by `python -m harness.record` from `harness/record.py` (a test checks it "
+           "Generated by `python -m harness.docs` from `harness/record.py` (a test checks it "
            f"is current). `run.json` is format {FORMAT_VERSION}; `harness.record.read_run` reads "
            "it and converts formats 1 (records without `format`) and 2 (parameter values since "
            "renamed: `omp_wait_policy` `default` is `libgomp`).", ""]
@@ -376,6 +520,13 @@ def reference_page() -> str:
     out += ["## tokens.csv", "", "One row per `llama_decode`.", "",
             "| column | unit | what |", "|---|---|---|"]
     out += [f"| `{c.name}` | {c.unit} | {c.doc} |" for c in TOKEN_COLUMNS]
+    out += ["", "## runs.csv", "", "One row per run record (`results/final/runs.csv`, written by "
+            "`harness.analysis.metrics.runs_table`). *Per token* columns average the generated "
+            "tokens (the first included); *share* columns are of the mean steady token (the "
+            "first generated token left out). Empty cells: not recorded by that run (an older "
+            "format, a mechanism that does not do it, or a counter the machine lacks).", "",
+            "| column | unit | what | from |", "|---|---|---|---|"]
+    out += [f"| `{c.name}` | {c.unit} | {c.doc} | {c.source} |" for c in RUN_COLUMNS]
     return "\n".join(out) + "\n"
 
 

@@ -96,7 +96,7 @@ def _run(manifest, model, out, limits, **kw):
     rec = supervise.run(s, out, lib_dir=manifest["lib_dir"], build=manifest,
                         model_info=model["info"], layout_path=model["layout"], limits=limits,
                         time_limit_s=300)
-    assert rec["status"] == "ok"
+    assert rec.status == "ok"
     return run_row(out / "run.json")
 
 

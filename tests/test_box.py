@@ -12,7 +12,7 @@ import pytest
 
 from harness.box import conditions
 from harness.box.calibrate import CalibrationError, calibrate
-from harness.box.limits import Limits, RunCgroup, block_device_of, cgroup_version
+from harness.box.limits import Limits, block_device_of, cgroup_version, run_cgroup
 
 needs_cgroups = pytest.mark.skipif(cgroup_version() is None, reason="no cgroup hierarchy")
 
@@ -35,7 +35,7 @@ def test_read_ahead_is_in_force_inside_and_restored_after(device, tmp_path):
     dev, orig = device
     want = other_value(orig)
     code = f"print(open('{conditions.read_ahead_file(dev)}').read().strip())"
-    with RunCgroup(Limits(read_ahead_kb=want, device_path=str(tmp_path))) as cg:
+    with run_cgroup(Limits(read_ahead_kb=want, device_path=str(tmp_path))) as cg:
         seen = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               preexec_fn=cg.enter).stdout.strip()
         assert cg.in_force["read_ahead_kb"] == want
@@ -49,8 +49,8 @@ def test_read_ahead_is_in_force_inside_and_restored_after(device, tmp_path):
 def test_read_ahead_left_by_a_killed_run_is_restored_by_the_next(device, tmp_path):
     dev, orig = device
     want = other_value(orig)
-    code = ("import sys,time\nfrom harness.box.limits import Limits, RunCgroup\n"
-            f"cg = RunCgroup(Limits(read_ahead_kb={want}, device_path={str(tmp_path)!r})).open()\n"
+    code = ("import sys,time\nfrom harness.box.limits import Limits, run_cgroup\n"
+            f"cg = run_cgroup(Limits(read_ahead_kb={want}, device_path={str(tmp_path)!r})).open()\n"
             "print('ready', flush=True)\ntime.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
@@ -60,7 +60,7 @@ def test_read_ahead_left_by_a_killed_run_is_restored_by_the_next(device, tmp_pat
     state = json.loads(conditions.DeviceReadahead(dev, None).state_file.read_text())
     assert state["original_kb"] == orig and state["pid"] == proc.pid
     # the next measurement, whatever it wants, first puts the original back
-    with RunCgroup(Limits(device_path=str(tmp_path))) as cg:
+    with run_cgroup(Limits(device_path=str(tmp_path))) as cg:
         assert cg.in_force["restored_leftover"]["original_kb"] == orig
         assert cg.in_force["read_ahead_kb"] == orig  # native: the device's own value, recorded
     assert conditions.DeviceReadahead(dev, None).current_kb() == orig
@@ -130,7 +130,7 @@ def test_box_record_sees_device_bytes_written(tmp_path):
 @needs_cgroups
 def test_cpu_quota_holds_a_busy_process_to_its_share(tmp_path):
     code = "import time\nt=time.time()\nwhile time.time()-t<2.5: pass\n"
-    with RunCgroup(Limits(cpu_quota=0.25, device_path=str(tmp_path))) as cg:
+    with run_cgroup(Limits(cpu_quota=0.25, device_path=str(tmp_path))) as cg:
         t0 = time.process_time()
         subprocess.run([sys.executable, "-c", code], preexec_fn=cg.enter)
         stat = cg.cpu_stat()

@@ -162,8 +162,8 @@ def test_lookahead_over_write_in_place_runs_on_a_scratch_copy(manifest, tiny_mod
     m = tiny_models["olmoe-tiny-Q4_K_M"]
     rec = _run(manifest, m["info"], m["layout"], tmp_path / "out", mechanism="lookahead",
                lookahead_base="write-in-place")
-    assert rec["status"] == "ok" and rec["scratch_copy"] is True
-    assert sha256_file(m["gguf"]) == m["info"]["sha256"] and rec["model_unchanged"]
+    assert rec.status == "ok" and rec.scratch_copy is True
+    assert sha256_file(m["gguf"]) == m["info"]["sha256"] and rec.model_unchanged
     assert not list(Path(m["gguf"]).parent.glob(".scratch-*"))
 
 
@@ -190,7 +190,7 @@ def test_a_full_disk_during_the_scratch_copy_leaves_no_partial_copy(manifest, ti
     assert sha256_file(model) == m["info"]["sha256"]
     # a rerun that needs no copy completes on the same, still full-enough, file system
     rec = _run(manifest, info, m["layout"], tmp_path / "out")
-    assert rec["status"] == "ok" and not (tmp_path / "out" / "run.incomplete.json").exists()
+    assert rec.status == "ok" and not (tmp_path / "out" / "run.incomplete.json").exists()
 
 
 def _io_ceiling_reading(directory: Path) -> subprocess.Popen:
@@ -260,7 +260,7 @@ def test_killing_the_worker_is_a_failed_run_that_leaves_nothing(manifest, tiny_m
     assert read_ahead_file(block_device_of(m["gguf"])).read_text() == ra
     # the rerun completes
     rec = _run(manifest, m["info"], m["layout"], tmp_path / "out")
-    assert rec["status"] == "ok" and not (tmp_path / "out" / "run.failed.json").exists()
+    assert rec.status == "ok" and not (tmp_path / "out" / "run.failed.json").exists()
 
 
 @needs_cgroups

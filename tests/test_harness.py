@@ -40,18 +40,18 @@ def all_runs(manifest, tiny_models, tmp_path_factory):
 
 def test_every_mechanism_completes_with_full_records(all_runs):
     for name, (rec, d) in all_runs.items():
-        assert rec["status"] == "ok", name
-        assert rec["tokens_completed"] == 12
+        assert rec.status == "ok", name
+        assert rec.tokens_completed == 12
         tok = pd.read_csv(d / "tokens.csv")
         assert list(tok.phase) == ["prompt"] + ["gen"] * 12
         assert (tok.wall_s > 0).all()
         if cgroup_version() is not None:  # every run has a cgroup: its block-I/O counter is read
             assert (tok.cgroup_read_bytes != -1).all(), name  # -1 = no counter file
             # the load read the cold model inside the cgroup: the counter saw it
-            moments = rec["summary"]["model_moments"]
+            moments = rec.summary.model_moments
             assert (moments["after_load"]["cgroup_read_bytes"]
-                    - moments["before_load"]["cgroup_read_bytes"]) > 0.5 * rec["model"].get(
-                        "bytes", 0) or moments["after_load"]["residency"] > 0.9, name
+                    - moments["before_load"]["cgroup_read_bytes"]) > 0.5 * os.path.getsize(
+                        rec.model.path) or moments["after_load"]["residency"] > 0.9, name
         on_disk = json.loads((d / "run.json").read_text())
         for key in ("spec", "build", "machine", "model", "limits_in_force", "start_utc", "end_utc",
                     "summary"):
@@ -63,7 +63,7 @@ def test_every_mechanism_completes_with_full_records(all_runs):
 def test_prompt_tokenizes_to_gpt_neox_tokens(all_runs):
     rec, _ = all_runs["none"]
     # GPT-NeoX BPE ids of "The history of the Roman Empire begins with"
-    assert rec["summary"]["prompt_tokens"] == [510, 2892, 273, 253, 8370, 13958, 9513, 342]
+    assert rec.summary.prompt_tokens == [510, 2892, 273, 253, 8370, 13958, 9513, 342]
 
 
 def test_mechanisms_never_change_tokens_or_routing(all_runs):
@@ -73,7 +73,7 @@ def test_mechanisms_never_change_tokens_or_routing(all_runs):
     # every layer of every generated token, n_used each; the prompt's last layer only its last token
     assert len(ref_experts) == n_used * (n_layer * (12 + 8) - 7)
     for name, (rec, d) in all_runs.items():
-        assert rec["summary"]["generated_tokens"] == ref_rec["summary"]["generated_tokens"], name
+        assert rec.summary.generated_tokens == ref_rec.summary.generated_tokens, name
         ex = pd.read_csv(d / "experts.csv")
         pd.testing.assert_frame_equal(ex, ref_experts, obj=name)
 
@@ -92,33 +92,33 @@ def test_byte_accounting_is_exact(all_runs, tiny_models):
         expected += sum(per_layer[layer] * g.expert.nunique() for layer, g in prompt.groupby("layer"))
         assert int(tok.bytes_routed.sum()) == expected
         if name == "none":
-            assert rec["summary"]["byte_accounting_ok"] is None
+            assert rec.summary.byte_accounting_ok is None
             assert tok.bytes_prefetched.sum() == 0
         else:
-            assert rec["summary"]["byte_accounting_ok"] is True, name
+            assert rec.summary.byte_accounting_ok is True, name
             assert int(tok.bytes_prefetched.sum()) == expected, name
 
 
 def test_mlock_records_non_expert_bytes(all_runs, tiny_models):
     rec, _ = all_runs["pread+madvise"]
     lay = tiny_models["olmoe-tiny-Q4_K_M"]["data"]
-    assert rec["summary"]["mlocked_bytes"] == lay["non_expert_bytes"]
-    assert rec["summary"]["mlocked_tensors"] == lay["non_expert_count"]
+    assert rec.summary.mlocked_bytes == lay["non_expert_bytes"]
+    assert rec.summary.mlocked_tensors == lay["non_expert_count"]
 
 
 def test_write_in_place_leaves_model_file_unchanged(all_runs, tiny_models):
     rec, d = all_runs["write-in-place"]
     model = tiny_models["olmoe-tiny-Q4_K_M"]
-    assert sha256_file(model["gguf"]) == model["info"]["sha256"] == rec["model_sha256_checked_before"]
-    assert rec["model_unchanged"] is True
+    assert sha256_file(model["gguf"]) == model["info"]["sha256"] == rec.model_sha256_checked_before
+    assert rec.model_unchanged is True
     assert not list(d.parent.glob(".scratch-*"))
 
 
 def test_cold_start_and_what_the_load_leaves(all_runs):
     for name, (rec, _) in all_runs.items():
-        m = rec["summary"]["model_moments"]
+        m = rec.summary.model_moments
         # evicted before the worker starts, and measured again inside it before the load ...
-        assert rec["residency_at_start"] < 0.01 and m["before_load"]["residency"] < 0.01, name
+        assert rec.residency_at_start < 0.01 and m["before_load"]["residency"] < 0.01, name
         # ... and llama.cpp's populating load (MAP_POPULATE) then caches a tiny model whole
         assert m["before_first_decode"]["residency"] > 0.9, name
 
@@ -143,7 +143,7 @@ SYNCHRONOUS = ("pread+madvise", "populate", "write-in-place", "lru-odirect")
 def test_prefetching_mechanisms_make_routed_slabs_resident_and_none_does_not(cold_runs):
     none_missing = cold_runs["none"][1].bytes_missing.sum()
     for name, (rec, tok) in cold_runs.items():
-        assert rec["status"] == "ok", name
+        assert rec.status == "ok", name
         first = tok.iloc[0]  # the prompt: nothing routed is resident after the eviction ...
         if name in ("lookahead", "odirect-cache"):  # ... unless it was read ahead on a prediction
             assert tok.bytes_missing.sum() < none_missing, name
@@ -153,7 +153,7 @@ def test_prefetching_mechanisms_make_routed_slabs_resident_and_none_does_not(col
             assert (tok.bytes_missing_after == tok.bytes_missing).all()
         elif name in SYNCHRONOUS:  # every routed byte resident before the matmuls
             assert (tok.bytes_missing_after == 0).all(), name
-        assert rec["summary"]["byte_accounting_ok"] in (None, True), name
+        assert rec.summary.byte_accounting_ok in (None, True), name
 
 
 def test_bytes_read_are_what_the_syscalls_returned(cold_runs, tiny_models):
@@ -344,9 +344,9 @@ def test_layout_refuses_ids_it_does_not_have(tiny_models):
 def test_time_limit_is_a_result(manifest, tiny_models, tmp_path):
     rec = run(manifest, tiny_models["olmoe-tiny-Q4_K_M"], tmp_path, spec("none", tokens=4000),
               time_limit=3)
-    assert rec["status"] == "killed: time"
+    assert rec.status == "killed: time"
     tok = pd.read_csv(tmp_path / "tokens.csv")
-    assert rec["tokens_completed"] == len(tok) - 1 and rec["tokens_completed"] > 0
+    assert rec.tokens_completed == len(tok) - 1 and rec.tokens_completed > 0
     assert tok.rss_bytes.gt(0).all()  # the RSS trail survives the kill
 
 
@@ -354,9 +354,9 @@ def test_memory_kill_is_a_result(manifest, tiny_models, tmp_path):
     # a budget far below what even loading the model takes: the kernel kills the worker
     rec = run(manifest, tiny_models["olmoe-tiny-Q4_K_M"], tmp_path, spec("lru-odirect"),
               limits=Limits(ram_bytes=48 << 20))
-    assert rec["status"] == "killed: memory"
-    assert rec["limits_in_force"]["ram_bytes"] == 48 << 20
-    assert rec["peak_cgroup_bytes"] <= 48 << 20
+    assert rec.status == "killed: memory"
+    assert rec.limits_in_force["ram_bytes"] == 48 << 20
+    assert rec.peak_cgroup_bytes <= 48 << 20
 
 
 def test_cli_runs_one_configuration_by_hand(manifest, tiny_models, tmp_path):
@@ -374,11 +374,11 @@ def test_cli_runs_one_configuration_by_hand(manifest, tiny_models, tmp_path):
                          env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))  # the shell's is overridden
     assert res.returncode == 0, res.stderr[-2000:]
     rec = json.loads(res.stdout)
-    assert rec["status"] == "ok" and rec["tokens_completed"] == 6
+    assert rec.status == "ok" and rec.tokens_completed == 6
     # the worker's OpenMP threads waited as asked, and the record says so
-    assert rec["spec"]["omp_wait_policy"] == "active"
-    assert rec["attribution_sources"]["omp_wait_policy"] == "ACTIVE"
-    assert rec["summary"]["byte_accounting_ok"] is True
+    assert rec.spec.omp_wait_policy == "active"
+    assert rec.attribution_sources["omp_wait_policy"] == "ACTIVE"
+    assert rec.summary.byte_accounting_ok is True
     assert (tmp_path / "m.layout.json").exists()
     # logging off: no activation rows, only the header
     assert open(tmp_path / "out" / "experts.csv").read().count("\n") == 1
@@ -471,11 +471,11 @@ def test_native_ask_path_observes_exactly_what_python_did(manifest, tiny_models,
     model = tiny_models["olmoe-tiny-Q4_K_M"]
     native_rec, native_dir = all_runs["pread+madvise"]  # the default: native
     rec = run(manifest, model, tmp_path, spec("pread+madvise", mlock_non_expert=True, hook="python"))
-    assert native_rec["summary"]["hook"] == "native" and rec["summary"]["hook"] == "python"
-    assert rec["summary"]["generated_tokens"] == native_rec["summary"]["generated_tokens"]
+    assert native_rec.summary.hook == "native" and rec.summary.hook == "python"
+    assert rec.summary.generated_tokens == native_rec.summary.generated_tokens
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "experts.csv"),
                                   pd.read_csv(native_dir / "experts.csv"))
-    s = native_rec["summary"]
+    s = native_rec.summary
     assert s["hook_nodes_passed"] == s["hook_calls"] == 4 * 13  # 4 layers, prompt + 12 tokens
     assert s["hook_nodes_asked"] > 10 * s["hook_nodes_passed"]  # the rest never reached Python
 
@@ -486,14 +486,14 @@ def test_hook_ab_switches_the_hook_off_for_every_other_token(manifest, tiny_mode
     off ones route nothing into the records and take no hook time, and the text is unchanged."""
     base_rec, base_dir = all_runs["none"]
     rec = run(manifest, tiny_models["olmoe-tiny-Q4_K_M"], tmp_path, spec("none", hook_ab=True))
-    assert rec["status"] == "ok"
-    assert rec["summary"]["generated_tokens"] == base_rec["summary"]["generated_tokens"]
+    assert rec.status == "ok"
+    assert rec.summary.generated_tokens == base_rec.summary.generated_tokens
     tok = pd.read_csv(tmp_path / "tokens.csv")
     gen = tok[tok.phase == "gen"]
     assert list(gen.hook_on) == [1 - i % 2 for i in range(len(gen))]
     assert (tok[tok.phase == "prompt"].hook_on == 1).all()
     assert (gen[gen.hook_on == 0].hook_s == 0).all() and (gen[gen.hook_on == 1].hook_s > 0).all()
-    n_prompt = len(rec["summary"]["prompt_tokens"])
+    n_prompt = len(rec.summary.prompt_tokens)
     routed = set(pd.read_csv(tmp_path / "experts.csv").token)
     assert routed == set(range(n_prompt)) | {n_prompt + i for i in gen[gen.hook_on == 1]["index"]}
     assert (pd.read_csv(base_dir / "tokens.csv").hook_on == 1).all()  # without hook_ab: all on
@@ -504,8 +504,8 @@ def test_residency_method_follows_the_mapping(all_runs):
     private copies and odirect-cache's own memory are anonymous pages only mincore sees."""
     for name, (rec, _) in all_runs.items():
         want = "cachestat" if REGISTRY[name].weights_in_page_cache else "mincore"
-        assert rec["summary"]["hook_residency"] == want, name
-        assert rec["summary"]["hook_residency_calls"] > 0, name
+        assert rec.summary.hook_residency == want, name
+        assert rec.summary.hook_residency_calls > 0, name
 
 
 @pytest.mark.skipif(cgroup_version() != 1, reason="the cgroup v1 writeback case")
@@ -522,7 +522,7 @@ def test_write_in_place_writes_count_against_the_run_only_with_sync_writeback(ma
                   limits=limits)
         tok = pd.read_csv(tmp_path / mode / "tokens.csv")
         out[mode] = (rec, tok)
-        assert rec["status"] == "ok" and rec["limits_in_force"]["write_bps"] == 50_000_000
+        assert rec.status == "ok" and rec.limits_in_force["write_bps"] == 50_000_000
     k_tok, s_tok = out["kernel"][1], out["sync"][1]
     assert s_tok.dirtied_bytes.sum() > 0 and k_tok.dirtied_bytes.sum() > 0
     assert s_tok.cgroup_write_bytes.sum() >= 0.5 * s_tok.dirtied_bytes.sum()
@@ -552,7 +552,7 @@ def test_odirect_cache_keeps_nothing_at_budget_0_and_hits_when_it_may_keep(odire
     rec0, tok0 = odirect_runs["b0"]
     rec9, tok9 = odirect_runs["b900"]
     for rec in (rec0, rec9):
-        assert rec["status"] == "ok" and rec["summary"]["byte_accounting_ok"] is True
+        assert rec.status == "ok" and rec.summary.byte_accounting_ok is True
     # budget 0: every routed slab is read again at every layer of every token
     assert rec0["summary"]["cache_hits"] == 0
     assert (tok0.bytes_read == tok0.bytes_routed).all()
@@ -570,22 +570,22 @@ def test_odirect_cache_warm_start_copies_what_the_load_cached_within_its_budget(
     small_rec, _ = odirect_runs["b1-warm"]
     for r in (rec, small_rec):
         assert r["status"] == "ok" and r["summary"]["byte_accounting_ok"] is True
-    assert cold_rec["summary"]["bytes_warm_start"] == 0  # evicted: nothing resident to copy
+    assert cold_rec.summary.bytes_warm_start == 0  # evicted: nothing resident to copy
     # the load leaves the tiny model cached: its slabs start in the cache, so the prompt reads
     # less than it routes, and the run less than the cold one
-    assert rec["summary"]["bytes_warm_start"] > 2**20
+    assert rec.summary.bytes_warm_start > 2**20
     assert tok.bytes_read.iloc[0] < tok.bytes_routed.iloc[0]
     assert tok.bytes_read.sum() < cold.bytes_read.sum()
     # never beyond the budget: one megabyte holds a few of the tiny model's slabs at most
-    assert 0 < small_rec["summary"]["bytes_warm_start"] <= 2**20
-    assert rec["summary"]["generated_tokens"] == cold_rec["summary"]["generated_tokens"]
+    assert 0 < small_rec.summary.bytes_warm_start <= 2**20
+    assert rec.summary.generated_tokens == cold_rec.summary.generated_tokens
 
 
 def test_odirect_cache_reads_the_predicted_slabs_ahead(odirect_runs):
     rec, tok = odirect_runs["b900-predict"]
     _, plain = odirect_runs["b900"]
-    assert rec["status"] == "ok" and rec["summary"]["byte_accounting_ok"] is True
-    assert rec["summary"]["bytes_read_ahead"] > 0
+    assert rec.status == "ok" and rec.summary.byte_accounting_ok is True
+    assert rec.summary.bytes_read_ahead > 0
     # slabs read ahead are hits when routed: fewer reads on the routing path than without
     assert tok.bytes_read.sum() < plain.bytes_read.sum()
 

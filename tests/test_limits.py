@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.box import ceilings, pagecache
-from harness.box.limits import Limits, RunCgroup, cgroup_version
+from harness.box.limits import Limits, cgroup_version, run_cgroup
 
 pytestmark = pytest.mark.skipif(cgroup_version() is None, reason="no cgroup hierarchy")
 
@@ -21,7 +21,7 @@ def test_odirect_read_is_held_to_the_throttle(tmp_path):
     limit = 100_000_000  # 100 MB/s
     samples = []
     for k in range(3):  # a shared machine: the median of three samples at different offsets
-        with RunCgroup(Limits(read_bps=limit, device_path=str(tmp_path))) as cg:
+        with run_cgroup(Limits(read_bps=limit, device_path=str(tmp_path))) as cg:
             res = subprocess.run([sys.executable, "-m", "harness.box.ceilings", "odirect", str(test),
                                   str(k * (32 << 20)), str(32 << 20)], capture_output=True, text=True,
                                  preexec_fn=cg.enter)
@@ -41,7 +41,7 @@ def test_random_offsets_are_aligned_distinct_and_cover_the_request():
 
 def _random_read(test: Path, access: str, nbytes: int, seed: int, limits: Limits) -> dict:
     pagecache.evict(test)
-    with RunCgroup(limits) as cg:
+    with run_cgroup(limits) as cg:
         res = subprocess.run([sys.executable, "-m", "harness.box.ceilings", "random", str(test),
                               access, "4", str(1 << 20), str(nbytes), str(seed)],
                              capture_output=True, text=True, preexec_fn=cg.enter)
@@ -98,7 +98,7 @@ def test_mapping_more_than_the_budget_never_holds_more(tmp_path):
     budget = 64 << 20
     code = ("import mmap,sys\nf=open(sys.argv[1],'rb')\nm=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ)\n"
             "s=0\nfor i in range(0,len(m),4096): s+=m[i]\nprint(s)\n")
-    with RunCgroup(Limits(ram_bytes=budget)) as cg:
+    with run_cgroup(Limits(ram_bytes=budget)) as cg:
         res = subprocess.run([sys.executable, "-c", code, str(big)], capture_output=True, text=True,
                              preexec_fn=cg.enter)
         peak = cg.peak_bytes()
@@ -108,7 +108,7 @@ def test_mapping_more_than_the_budget_never_holds_more(tmp_path):
 
 
 def test_cgroup_is_removed_afterwards():
-    cg = RunCgroup(Limits(ram_bytes=256 << 20)).open()
+    cg = run_cgroup(Limits(ram_bytes=256 << 20)).open()
     dirs = list(cg.dirs.values())
     assert all(d.exists() for d in dirs)
     cg.close()
@@ -120,8 +120,8 @@ def test_unenforceable_limit_is_an_error_unless_opted_out(monkeypatch, tmp_path)
 
     monkeypatch.setattr(limits, "CGROOT", tmp_path / "no-cgroups")
     with pytest.raises(limits.LimitError, match="allow_unenforced"):
-        RunCgroup(Limits(ram_bytes=1 << 30)).open()
-    cg = RunCgroup(Limits(ram_bytes=1 << 30, allow_unenforced=True)).open()
+        run_cgroup(Limits(ram_bytes=1 << 30)).open()
+    cg = run_cgroup(Limits(ram_bytes=1 << 30, allow_unenforced=True)).open()
     assert cg.in_force["ram_bytes"] is None
     cg.close()
 

@@ -23,11 +23,11 @@ def lookahead_run(request, manifest, tiny_models, tmp_path_factory):
 
 def test_predictions_match_what_the_real_routing_says(lookahead_run):
     rec, d, lay = lookahead_run
-    assert rec["status"] == "ok" and rec["summary"]["byte_accounting_ok"] is True
+    assert rec.status == "ok" and rec.summary.byte_accounting_ok is True
     pred = pd.read_csv(d / "mechanism.csv", dtype={"predicted": str, "routed": str})
     ex = pd.read_csv(d / "experts.csv")
     slab = {int(k): v for k, v in lay["slab_bytes_per_layer"].items()}
-    n_prompt = len(rec["summary"]["prompt_tokens"])
+    n_prompt = len(rec.summary.prompt_tokens)
     gen = pred[pred.token >= 0]
     # every generated token: layers 1.. predicted (from layer L-1 or L-2, whichever came first)
     assert len(gen) == 8 * (lay["n_layer"] - 1)
@@ -47,7 +47,7 @@ def test_predictions_match_what_the_real_routing_says(lookahead_run):
     # the next layer's router on this layer's hidden state predicts better than chance: a random
     # pick of experts would be right n_expert_used / n_expert of the time
     assert gen.precision.mean() > lay["n_expert_used"] / lay["n_expert"]
-    assert rec["summary"]["bytes_read_ahead"] == int(pred.predicted_bytes.sum())
+    assert rec.summary.bytes_read_ahead == int(pred.predicted_bytes.sum())
 
 
 def test_lookahead_base_still_reads_every_routed_slab(lookahead_run):

@@ -1,65 +1,101 @@
-"""Every place that names a run parameter agrees with harness.parameters, the one declaration."""
+"""Every place that names a run parameter or a runs.csv column is derived from its one
+declaration (harness.parameters, harness.record.RUN_COLUMNS), and the generated files are current."""
 
 import argparse
 import dataclasses
+import inspect
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
-from harness import parameters
+from harness import docs, parameters, record
 from harness.__main__ import add_run_parameters
-from harness.config import RunSpec, adhoc_spec
+from harness.analysis import metrics
+from harness.config import ConfigError, RunSpec, adhoc_spec, validate_config
 from harness.contract import WorkerParams
-from harness.run.mechanisms import REGISTRY
+from harness.run import supervise
+from harness.run.mechanisms import REGISTRY, base_mechanisms, make, read_path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
 P = parameters.BY_NAME
+REFERENCE_RUNS = ROOT / "reference/vm-2026-12-04c/results/runs"
 
 
-def test_the_schema_declares_exactly_the_registry_with_its_defaults_and_bounds():
-    experiments = SCHEMA["properties"]["experiments"]["additionalProperties"]["properties"]
-    assert set(experiments) == set(parameters.RUN_KEYS)
-    defaults = SCHEMA["properties"]["defaults"]["properties"]
-    assert set(defaults) == {p.name for p in parameters.PARAMETERS if p.default is not None}
-    for name, entry in defaults.items():
-        p = P[name]
-        assert entry["default"] == p.default, name
-        if name != "lookahead_base":  # its values are the base mechanisms (below)
-            assert entry.get("enum") == (list(p.choices) or None), name
-        assert entry.get("minimum", entry.get("exclusiveMinimum")) == p.minimum, name
-        assert entry.get("maximum") == p.maximum, name
-    # listing values: exactly the sweepable parameters accept an array
-    for name, entry in experiments.items():
-        kinds = entry.get("type") or [t["type"] for t in entry["anyOf"]]
-        assert ("array" in kinds) == P[name].sweepable, name
-    assert set(defaults["lookahead_base"]["enum"]) == set(REGISTRY) - {"lookahead"}
+def test_the_generated_files_are_current():
+    assert docs.stale() == [], "run: python -m harness.docs"
 
 
-def test_each_mechanism_takes_the_options_declared_for_it():
+def test_the_schema_fills_every_declared_default_and_refuses_each_bound():
+    c = yaml.safe_load((ROOT / "config/experiments.yaml").read_text())
+    c["defaults"] = {}
+    validate_config(c)
+    assert c["defaults"] == {p.name: p.default for p in parameters.PARAMETERS
+                             if p.default is not None}
+    for p in parameters.PARAMETERS:  # each declared maximum is the schema's too
+        if p.maximum is None:
+            continue
+        bad = yaml.safe_load((ROOT / "config/experiments.yaml").read_text())
+        bad["defaults"][p.name] = p.type(p.maximum + 1)
+        with pytest.raises(ConfigError, match=p.name):
+            validate_config(bad)
+
+
+def test_runspec_and_the_record_spec_are_the_registry():
+    spec_fields = [f.name for f in dataclasses.fields(RunSpec)]
+    assert spec_fields == ["run_id", "entry", *parameters.RUN_KEYS, "profile"]
+    rec_fields = [f.name for f in dataclasses.fields(record.Spec)]
+    assert rec_fields[:2 + len(parameters.RUN_KEYS)] == ["run_id", "entry", *parameters.RUN_KEYS]
+    for f in dataclasses.fields(record.Spec):
+        if f.name in P:
+            assert (f.default, f.metadata["unit"], f.metadata["doc"]) == \
+                (P[f.name].default, P[f.name].unit, P[f.name].doc), f.name
+    for f in dataclasses.fields(RunSpec):
+        if f.name in P and P[f.name].default is not None:
+            assert f.default == P[f.name].default, f.name
+    assert set(parameters.WORKER_KEYS) <= {f.name for f in dataclasses.fields(WorkerParams)}
+    spec = adhoc_spec("x", "m", "lookahead")
+    record.check_spec(spec)  # the record holds every spec the supervisor is given
+    assert set(spec["mechanism_options"]) == set(parameters.options_of("lookahead"))
+
+
+def test_a_spec_the_record_cannot_hold_is_refused_before_anything_is_measured(tmp_path):
+    spec = adhoc_spec("x", "m", "none")
+    with pytest.raises(record.RecordError, match="does not declare: bogus"):
+        record.check_spec({**spec, "bogus": 1})
+    with pytest.raises(record.RecordError, match="missing: io_depth"):
+        record.check_spec({k: v for k, v in spec.items() if k != "io_depth"})
+    # supervise.run checks first: no model, no cgroup, no output directory was needed
+    with pytest.raises(record.RecordError):
+        supervise.run({**spec, "bogus": 1}, tmp_path / "out", lib_dir="", build={},
+                      model_info={"path": str(tmp_path / "missing.gguf")}, layout_path="",
+                      limits=None, time_limit_s=1)
+    assert not (tmp_path / "out").exists()
+
+
+def test_each_mechanism_takes_the_declared_options_with_no_defaults_of_its_own():
     for name, cls in REGISTRY.items():
         assert cls.options == parameters.options_of(name), name
-        # and its constructor accepts them
-        import inspect
         sig = inspect.signature(cls.__init__).parameters
-        assert all(o in sig for o in cls.options), (name, cls.options)
+        for o in cls.options:
+            assert o in sig and sig[o].default is inspect.Parameter.empty, (name, o)
     assert set().union(*(p.mechanisms for p in parameters.PARAMETERS)) <= set(REGISTRY)
+    assert "lookahead" not in base_mechanisms() and "madvise" in base_mechanisms()
+    assert parameters.choices(P["lookahead_base"]) == base_mechanisms()
+    with pytest.raises(KeyError, match="unknown mechanism"):
+        make("lru", None)
 
 
-def test_runspec_and_the_worker_carry_the_registry_with_its_defaults():
-    fields = {f.name: f for f in dataclasses.fields(RunSpec)}
-    assert set(parameters.RUN_KEYS) <= set(fields)
-    for name, f in fields.items():
-        if name in P and f.default is not dataclasses.MISSING:
-            assert f.default == P[name].default, name
-    worker = {f.name for f in dataclasses.fields(WorkerParams)}
-    assert set(parameters.WORKER_KEYS) <= worker
-    spec = adhoc_spec("x", "m", "lookahead")
-    for p in parameters.PARAMETERS:
-        if p.default is not None and p.name not in ("repeats",):
-            assert spec[p.name] == p.default, p.name
-    assert set(spec["mechanism_options"]) == set(parameters.options_of("lookahead"))
+def test_a_parameters_problem_comes_out_each_way():
+    assert parameters.problem(P["tokens"], 8) == ""
+    assert "over the bound" in parameters.problem(P["tokens"], 3000)
+    assert "at least 1" in parameters.problem(P["tokens"], 0)
+    assert "not a int" in parameters.problem(P["tokens"], True)  # a bool is no count
+    assert parameters.problem(P["time_limit_s"], 1800) == ""  # an int is a number of seconds
+    assert "over 0" in parameters.problem(P["time_limit_s"], 0)
+    assert "not one of" in parameters.problem(P["lookahead_base"], "lookahead")
+    assert "characters" in parameters.problem(P["prompt"], "x" * 5000)
 
 
 def test_the_command_line_has_each_declared_flag_with_its_default():
@@ -67,18 +103,40 @@ def test_the_command_line_has_each_declared_flag_with_its_default():
     add_run_parameters(ap)
     a = ap.parse_args([])
     for p in parameters.PARAMETERS:
-        if p.cli and p.name not in ("mechanism", "threads"):
-            assert getattr(a, p.name) == p.default, p.name
+        if p.cli:
+            want = p.default if p.cli_default is None else p.cli_default
+            assert getattr(a, p.name) == want, p.name
     a = ap.parse_args(["-q", "--mlock-non-expert", "--lookahead-call", "fadvise", "-n", "7",
-                       "--lru-budget-mb", "300"])
-    assert (a.log_experts, a.mlock_non_expert, a.lookahead_call, a.tokens, a.lru_budget_mb) == \
-        (False, True, "fadvise", 7, 300)
-    with pytest.raises(SystemExit):
-        ap.parse_args(["--lookahead-call", "mmap"])  # not an allowed value
+                       "--lru-budget-mb", "300", "--lookahead-base", "pread+madvise"])
+    assert (a.log_experts, a.mlock_non_expert, a.lookahead_call, a.tokens, a.lru_budget_mb,
+            a.lookahead_base) == (False, True, "fadvise", 7, 300, "pread+madvise")
+    for bad in (["--lookahead-call", "mmap"], ["--lookahead-base", "lookahead"]):
+        with pytest.raises(SystemExit):
+            ap.parse_args(bad)
 
 
-def test_config_readme_carries_the_registry_table():
-    text = (ROOT / "config/README.md").read_text()
-    assert parameters.markdown_table() in text, (
-        "config/README.md's key table differs from harness.parameters: paste the output of "
-        "`python -m harness.parameters`")
+def test_run_row_writes_exactly_the_declared_columns_with_every_parameter():
+    rows = [metrics.run_row(p) for p in sorted(REFERENCE_RUNS.glob("*@seed-box/rep1/run.json"))[:3]]
+    assert rows and all(list(r) == record.RUN_FIELDS[:-2] for r in rows)
+    table = metrics.runs_table(sorted(REFERENCE_RUNS.glob("lookahead@*/rep1/run.json")))
+    assert list(table.columns) == record.RUN_FIELDS
+    assert set(parameters.RUN_KEYS) <= set(table.columns)
+    assert (table.lookahead_base == "madvise").all() and (table.lookahead_experts == 12).all()
+    assert len(set(record.RUN_FIELDS)) == len(record.RUN_FIELDS)
+
+
+def test_a_lookahead_is_costed_by_the_read_path_of_its_base():
+    rows = pd.DataFrame([{"mechanism": "lookahead", "lookahead_base": "pread+madvise"},
+                         {"mechanism": "lookahead", "lookahead_base": "odirect-cache"},
+                         {"mechanism": "lookahead", "lookahead_base": float("nan")},
+                         {"mechanism": "madvise"}])
+    assert [metrics.read_path_of(r) for _, r in rows.iterrows()] == \
+        ["buffered read", "O_DIRECT", "fault", "fault"]
+    assert read_path("lookahead") == read_path(P["lookahead_base"].default)
+
+
+def test_cpu_steal_is_a_share_of_the_machines_cpus():
+    runs = pd.DataFrame({"cpu_steal_s": [3.0, 3.0], "run_wall_s": [10.0, 10.0],
+                         "machine_cpus": [2, 8]})
+    # 3 s of 20 CPU-seconds is over the bound; of 80 it is not
+    assert list(metrics.flag_reason(runs)) == ["CPU steal", ""]

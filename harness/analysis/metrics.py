@@ -11,7 +11,8 @@ import pandas as pd
 
 from harness.run import attribution
 from harness.contract import Status
-from harness.record import RunRecord, read_run
+from harness import parameters
+from harness.record import RUN_FIELDS, RunRecord, read_run
 
 WIDE_SPREAD = 0.25  # (max-min)/median above this: flagged `wide_spread` in the summary table
 
@@ -20,6 +21,8 @@ WIDE_SPREAD = 0.25  # (max-min)/median above this: flagged `wide_spread` in the 
 
 
 def run_row(record_path: Path) -> dict:
+    """runs.csv's row of one run record: exactly the columns harness.record.RUN_COLUMNS declares
+    but the last two (runs_table adds them), in that order."""
     rec = read_run(record_path)
     spec = rec.spec
     tok = pd.read_csv(Path(record_path).parent / "tokens.csv")
@@ -30,16 +33,13 @@ def run_row(record_path: Path) -> dict:
     def per(col):
         return float(gen[col].sum()) / n if n else float("nan")
 
-    return {
+    row = {
         "run_id": rec.run_id, "repeat": spec.repeat, "entry": spec.entry,
         # a disturbed repeat measured once more at the end of the study (rule harness_rerun)
-        "rerun": spec.rerun,
-        "model": spec.model, "quant": rec.model.quant,
-        "synthetic": rec.model.synthetic, "mechanism": spec.mechanism,
-        "mlock_non_expert": spec.mlock_non_expert, "log_experts": spec.log_experts,
-        "threads": spec.threads, "tokens": spec.tokens, "lru_budget_mb": spec.lru_budget_mb,
-        "prefetch_threads": spec.prefetch_threads, "profile": spec.profile,
-        "omp_wait_policy": spec.omp_wait_policy,
+        "rerun": spec.rerun, "profile": spec.profile,
+        "quant": rec.model.quant, "synthetic": rec.model.synthetic,
+        # every run parameter, as the record holds it (`auto` resolved)
+        **{p.name: getattr(spec, p.name) for p in parameters.PARAMETERS},
         "status": rec.status, "tokens_completed": rec.tokens_completed,
         "tok_per_s": n / decode_s if n and decode_s > 0 else float("nan"),
         # the run's figure: the first generated token excluded (it is first_token_s)
@@ -56,6 +56,7 @@ def run_row(record_path: Path) -> dict:
         "peak_cgroup_bytes": rec.peak_cgroup_bytes,
         "byte_accounting_ok": rec.summary.byte_accounting_ok,
         "residency_at_start": rec.residency_at_start,
+        "machine_cpus": rec.machine_cpus,
         **box_columns(rec, gen, per),
         # from the first decode on (the prompt's and every generated token's reads), per
         # generated token: what the floor of the distance-to-the-limit table bounds
@@ -68,6 +69,12 @@ def run_row(record_path: Path) -> dict:
         "start_utc": rec.start_utc, "end_utc": rec.end_utc,
         "record": str(record_path),
     }
+    declared = RUN_FIELDS[:-2]
+    if set(row) != set(declared):
+        raise ValueError(f"run_row: columns not declared in harness.record.RUN_COLUMNS: "
+                         f"{sorted(set(row) - set(declared))}; declared but not written: "
+                         f"{sorted(set(declared) - set(row))}")
+    return {k: row[k] for k in declared}
 
 
 def steady_rate(gen: pd.DataFrame) -> float:
@@ -101,7 +108,7 @@ def foreign_read(device_read_bytes, cgroup_read_bytes) -> float:
 
 
 MEAN_MEDIAN_GAP = 0.10  # a run whose mean and median steady token differ by more is flagged
-STEAL_BOUND = 0.05  # CPU steal over this share of the run's CPU time (2 CPUs x wall) flags it
+STEAL_BOUND = 0.05  # CPU steal over this share of the machine's CPU time (CPUs x wall) flags it
 
 
 def disturbed(runs: pd.DataFrame) -> pd.Series:
@@ -125,7 +132,10 @@ def flag_reason(runs: pd.DataFrame) -> pd.Series:
         f = runs.foreign_read_bytes
         add((f > DISTURBED_READ_BYTES) & (f > 0.01 * own.fillna(0)), "foreign disk reads")
     if "cpu_steal_s" in runs and "run_wall_s" in runs:
-        add(runs.cpu_steal_s / (2 * runs.run_wall_s) > STEAL_BOUND, "CPU steal")
+        # steal is counted over every CPU of the machine; a table from before machine_cpus was a
+        # column was measured on 2
+        cpus = runs["machine_cpus"].fillna(2) if "machine_cpus" in runs else 2
+        add(runs.cpu_steal_s / (cpus * runs.run_wall_s) > STEAL_BOUND, "CPU steal")
     if "mean_median_gap" in runs:
         add(runs.mean_median_gap > MEAN_MEDIAN_GAP, "mean and median token disagree")
     return out
@@ -208,7 +218,7 @@ def disturbed_repeats(record_paths: list) -> list[dict]:
 
 def runs_table(record_paths: list) -> pd.DataFrame:
     """One row per run record, with `flag_reason` and `disturbed` (left out of the verdicts)."""
-    table = pd.DataFrame([run_row(Path(p)) for p in record_paths])
+    table = pd.DataFrame([run_row(Path(p)) for p in record_paths], columns=RUN_FIELDS[:-2])
     table["flag_reason"] = flag_reason(table)
     table["disturbed"] = table.flag_reason != ""
     return table
@@ -226,9 +236,8 @@ def summarize(runs: pd.DataFrame, value: str = "tok_per_s") -> pd.DataFrame:
     out = out.reindex(statuses.index)
     out["n"] = out["n"].fillna(0).astype(int)
     first = runs.drop_duplicates("run_id").set_index("run_id")
-    for col in ("model", "quant", "synthetic", "mechanism", "mlock_non_expert", "log_experts",
-                "lru_budget_mb", "prefetch_threads", "omp_wait_policy", "tokens"):
-        if col in first:  # hand-made tables may carry only some of them
+    for col in ("profile", "quant", "synthetic", *parameters.RUN_KEYS):
+        if col in first:  # hand-made tables and older runs tables may carry only some of them
             out[col] = first[col]
     out["statuses"] = statuses
     return out.reset_index()
@@ -370,20 +379,27 @@ def floor_read_bytes(experts: pd.DataFrame, slab_bytes: dict[int, int], cache_by
     return max(0.0, missed - resident_bytes)
 
 
+def read_path_of(run) -> str:
+    """The read path of a runs-table row's configuration (harness.run.mechanisms.read_path),
+    through the base mechanism a lookahead wraps (its `lookahead_base` column)."""
+    from harness.run.mechanisms import read_path
+
+    base = run.get("lookahead_base")
+    return read_path(run["mechanism"], {"lookahead_base": base} if isinstance(base, str) else None)
+
+
 def kernel_cpu_per_byte(runs: pd.DataFrame) -> pd.Series:
     """Per read path (harness.run.mechanisms.read_path), the least kernel CPU seconds any ok run of it
     spent per byte its cgroup read: the decoding thread's kernel time per steady token over the
     bytes per token. The least, because a floor may not charge more than the cheapest run paid
     (kernel time also holds work other than reading)."""
-    from harness.run.mechanisms import read_path
-
     need = {"kernel_share", "steady_tok_per_s", "cgroup_read_bytes_per_token", "mechanism"}
     if not need <= set(runs) or runs.empty:
         return pd.Series(dtype=float)
     ok = runs[(runs.status == Status.OK.value) & (runs.steady_tok_per_s > 0)
               & (runs.cgroup_read_bytes_per_token > 1e6)]
     cost = ok.kernel_share / ok.steady_tok_per_s / ok.cgroup_read_bytes_per_token
-    return cost.groupby(ok.mechanism.map(read_path)).min()
+    return cost.groupby(ok.apply(read_path_of, axis=1) if len(ok) else ok.mechanism).min()
 
 
 def io_patterns(io: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

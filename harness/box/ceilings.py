@@ -26,7 +26,7 @@ from pathlib import Path
 from harness import libc
 from harness.box import measurelock, pagecache
 from harness.contract import Status
-from harness.box.limits import Limits, RunCgroup
+from harness.box.limits import Limits, run_cgroup
 from harness.parameters import BY_NAME
 from harness.run.supervise import utcnow
 from harness.util import left_by_dead_process, owner_tag, resolve_wait_policy, with_wait_policy
@@ -150,7 +150,7 @@ def in_cgroup(limits: Limits, argv: list[str], env=None, stdout=None, stderr=Non
             cg.enter()
 
     with measurelock.interruptible(), measurelock.exclusive(" ".join(argv[:3])), \
-            RunCgroup(limits) as cg:
+            run_cgroup(limits) as cg:
         try:
             res = subprocess.run(argv, env=env, stdout=stdout, stderr=stderr, preexec_fn=preexec,
                                  timeout=time_limit_s)
@@ -293,12 +293,12 @@ def llama_bench(bench: str, model: str, threads: int, tokens: int, load_mode: st
         rec["tok_per_s"] = data[0]["avg_ts"] if data else None
         rec["samples_ts"] = data[0].get("samples_ts") if data else None
         rec["fastest_tok_per_s"] = max(rec["samples_ts"] or [rec["tok_per_s"] or 0.0]) or None
-        rec["status"] = Status.OK.value
+        rec.status = Status.OK.value
     else:
         rec["tok_per_s"] = None
         # a stock tool killed inside the budget is a result too (llama-bench repacks weights
         # into anonymous memory by default, so it cannot run where the harness can)
-        rec["status"] = (Status.MEMORY.value if in_force.get("oom_killed")
+        rec.status = (Status.MEMORY.value if in_force.get("oom_killed")
                          else f"{Status.FAILED.value} (exit {rc})")
     return rec
 
@@ -332,7 +332,7 @@ def io_share_calibration(config: dict, manifest: dict, model: str, model_info: d
                                 model_info=info, layout_path=layout,
                                 limits=profile_limits(config, model, cpu_quota=quota),
                                 time_limit_s=3600)
-            if rec["status"] != "ok":
+            if rec.status != "ok":
                 return float("nan")
             tok = pd.read_csv(Path(d) / "tokens.csv")
         return attribution.run_attribution(tok[tok.phase == "gen"])["io_wait_share"]

@@ -98,7 +98,7 @@ CPU_PERIOD_US = 250_000
 
 @dataclass
 class RunCgroup:
-    """A fresh cgroup for one measurement with the limits applied. Constructing one gives the
+    """A fresh cgroup for one measurement with the limits applied, made by `run_cgroup`: the
     subclass of this machine's hierarchy (CgroupV1 or CgroupV2, each reading its own counters);
     where there is none, this base class, which can only run unenforced."""
 
@@ -108,11 +108,6 @@ class RunCgroup:
     name: str = ""
     readahead: DeviceReadahead | None = None
     version: ClassVar[int | None] = None
-
-    def __new__(cls, *args, **kwargs):
-        if cls is RunCgroup:
-            cls = {1: CgroupV1, 2: CgroupV2}.get(cgroup_version(), RunCgroup)
-        return super().__new__(cls)
 
     def open(self) -> RunCgroup:
         reap_stale()
@@ -365,3 +360,9 @@ def read_io_bytes(io_stat_file: str | HeldFile | None) -> dict:
     rows = [f for f in map(str.split, text.splitlines()) if len(f) == 3]
     return {"read": sum(int(f[2]) for f in rows if f[1] == "Read"),
             "write": sum(int(f[2]) for f in rows if f[1] == "Write")}
+
+
+def run_cgroup(limits: Limits) -> RunCgroup:
+    """The cgroup of one measurement, of this machine's hierarchy (BenchExec's `initialize()`):
+    CgroupV1 or CgroupV2, or the base class where there is none (it can only run unenforced)."""
+    return {1: CgroupV1, 2: CgroupV2}.get(cgroup_version(), RunCgroup)(limits)

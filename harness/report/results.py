@@ -23,7 +23,7 @@ import pandas as pd
 
 from harness import parameters
 from harness.analysis import metrics
-from harness.run import attribution, mechanisms
+from harness.run import attribution
 from harness.report import captions, export
 from harness.record import read_run
 from harness.analysis import findings
@@ -625,7 +625,7 @@ def _distance_section(w: Writer, summ, runs, layouts, io_by_path: dict[str, floa
             traces[key] = _trace(runs, s)
         ex = traces[key]
         slab = {int(k): v for k, v in lay["slab_bytes_per_layer"].items()}
-        path = mechanisms.read_path(s.mechanism)
+        path = metrics.read_path_of(s)
         cost = float(per_byte.get(path, float("nan")))
         io_bps = io_by_path.get(path, io_by_path["fault"])
         ceiling = moe_ceiling.get(s.model)

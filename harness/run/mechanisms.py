@@ -212,7 +212,7 @@ class ThreadPool(Mechanism):
     name = "threadpool"
     read_path = "buffered read"
 
-    def __init__(self, model, prefetch_threads: int = 1, **options):
+    def __init__(self, model, *, prefetch_threads: int, **options):
         super().__init__(model, **options)
         self.pool = ThreadPoolExecutor(max_workers=prefetch_threads, thread_name_prefix="prefetch")
         self.local = threading.local()
@@ -264,7 +264,7 @@ class WriteInPlace(Mechanism):
     read_path = "buffered read"
     needs_scratch_copy = True
 
-    def __init__(self, model, writeback: str = "kernel", **options):
+    def __init__(self, model, *, writeback: str, **options):
         super().__init__(model, **options)
         if writeback not in ("kernel", "sync"):
             raise ValueError(f"writeback: {writeback!r} is not kernel or sync")
@@ -320,7 +320,7 @@ class LruODirect(Mechanism):
     read_path = "O_DIRECT"
     weights_in_page_cache = False  # its copies are anonymous pages of a private mapping
 
-    def __init__(self, model, lru_budget_mb: int = 0, **options):
+    def __init__(self, model, *, lru_budget_mb: int, **options):
         super().__init__(model, **options)
         self.budget = int(lru_budget_mb) * 1024 * 1024
         # (offset, nbytes) of the slabs whose copies are live, least recently used first
@@ -420,8 +420,8 @@ class ODirectCache(Mechanism):
     read_path = "O_DIRECT"
     weights_in_page_cache = False  # its slabs are anonymous memory
 
-    def __init__(self, model, cache_budget_mb: int = 900, io_depth: int = 4,
-                 predict_experts: int = 8, warm_start: bool = True, **options):
+    def __init__(self, model, *, cache_budget_mb: int, io_depth: int, predict_experts: int,
+                 warm_start: bool, **options):
         super().__init__(model, **options)
         self.budget = int(cache_budget_mb) * 1024 * 1024
         self.k = int(predict_experts)
@@ -604,17 +604,16 @@ class Lookahead(Mechanism):
                   "hits", "precision", "recall", "wasted_bytes", "predicted_resident_bytes",
                   "predicted_bytes")
 
-    def __init__(self, model, lookahead_base: str = "madvise", lookahead_experts: int = 8,
-                 lookahead_layers: int = 1, lookahead_call: str = "madvise",
-                 lookahead_source: str = "ffn_norm", **options):
+    def __init__(self, model, *, lookahead_base: str, lookahead_experts: int,
+                 lookahead_layers: int, lookahead_call: str, lookahead_source: str, **options):
         super().__init__(model, **options)
-        if lookahead_base in ("lookahead",) or lookahead_base not in REGISTRY:
+        if lookahead_base not in base_mechanisms():
             raise ValueError(f"lookahead_base: {lookahead_base!r} is not a base mechanism")
         if lookahead_call not in READ_AHEAD_CALLS:
             raise ValueError(f"lookahead_call: {lookahead_call!r} is not one of {READ_AHEAD_CALLS}")
         if lookahead_source not in ("ffn_norm", "l_out"):
             raise ValueError(f"lookahead_source: {lookahead_source!r} is not ffn_norm or l_out")
-        self.base = REGISTRY[lookahead_base](model)
+        self.base = make(lookahead_base, model)
         self.c = self.base.c  # the base's reads are this mechanism's accounted prefetch
         self.lock = self.base.lock
         self.k = int(lookahead_experts)
@@ -746,6 +745,11 @@ def predict_experts(rows, source: str, gamma_source, gamma_target, router, k: in
     return {int(e) for e in top.ravel()}
 
 
+def base_mechanisms() -> tuple[str, ...]:
+    """The mechanisms a lookahead can wrap: every one but itself."""
+    return tuple(name for name, cls in REGISTRY.items() if "lookahead_base" not in cls.options)
+
+
 def read_path(name: str, options: dict | None = None) -> str:
     """The read path of a mechanism, through the base it wraps (lookahead's lookahead_base, by
     default the parameter's)."""
@@ -753,7 +757,7 @@ def read_path(name: str, options: dict | None = None) -> str:
     if cls is None:
         return "fault"
     if "lookahead_base" in cls.options:
-        base = (options or {}).get("lookahead_base", parameters.BY_NAME["lookahead_base"].default)
+        base = {**parameters.option_defaults(name), **(options or {})}["lookahead_base"]
         return read_path(base) if base != name else cls.read_path
     return cls.read_path
 
@@ -772,6 +776,8 @@ def writes_model(name: str, options: dict) -> bool:
 
 
 def make(name: str, model: MappedModel, **options) -> Mechanism:
+    """The mechanism `name` over `model`, its options not given taking their declared defaults
+    (harness.parameters): no constructor has a default of its own."""
     if name not in REGISTRY:
         raise KeyError(f"unknown mechanism {name!r}; known: {', '.join(sorted(REGISTRY))}")
-    return REGISTRY[name](model, **options)
+    return REGISTRY[name](model, **{**parameters.option_defaults(name), **options})

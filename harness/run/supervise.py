@@ -28,7 +28,7 @@ from harness.box import measurelock, pagecache
 from harness import record as run_record
 from harness.box.conditions import BoxRecord
 from harness.contract import Status, WorkerParams
-from harness.box.limits import Limits, RunCgroup
+from harness.box.limits import Limits, RunCgroup, run_cgroup
 from harness.box.identity import machine_info
 from harness.run.mechanisms import REGISTRY, writes_model
 from harness.util import (atomic_path, atomic_write_json, left_by_dead_process, owner_tag, sha256_file,
@@ -36,9 +36,6 @@ from harness.util import (atomic_path, atomic_write_json, left_by_dead_process, 
 from harness.models.checks import check_header
 
 log = logging.getLogger(__name__)
-
-STATUS_OK, STATUS_MEM, STATUS_TIME, STATUS_FAILED = (s.value for s in Status)
-
 
 class RunFailed(RuntimeError):
     pass
@@ -134,9 +131,12 @@ def _reap_leftovers(*dirs: Path) -> None:
 
 def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_info: dict,
         layout_path: str, limits: Limits, time_limit_s: float | None,
-        watch_pid: int | None = None) -> dict:
+        watch_pid: int | None = None) -> run_record.RunRecord:
     """spec: the run's configuration (run_id, model, mechanism, switches, prompt, tokens, ...).
-    watch_pid: a process whose death stops the run (the Snakemake that started it)."""
+    watch_pid: a process whose death stops the run (the Snakemake that started it). Returns the
+    record written to run.json."""
+    # a spec the record could not hold fails now, not after the measurement
+    run_record.check_spec(spec, f"run {spec.get('run_id')}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # the record holds the wait policy in force, not `auto`
@@ -152,7 +152,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
             stale.unlink(missing_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f".work-{owner_tag()}-", dir=out))
         scratch = None
-        cg = RunCgroup(limits)
+        cg = run_cgroup(limits)
         record = {"run_id": spec["run_id"], "spec": spec, "status": None}
         try:
             run_model, scratch = _model_to_run(spec, model_path)
@@ -307,7 +307,7 @@ def _provenance(limits: Limits, time_limit_s, cg: RunCgroup, model_info: dict, b
         "machine": machine_info()}
 
 
-def _finish(record: dict, out: Path, work: Path, model_path: str) -> dict:
+def _finish(record: dict, out: Path, work: Path, model_path: str) -> run_record.RunRecord:
     """A failed run leaves run.failed.json and raises; a result is written last, atomically."""
     if record["status"] == Status.FAILED.value:
         tail = "\n".join((out / "worker.log").read_text(errors="replace").splitlines()[-15:])
@@ -320,4 +320,4 @@ def _finish(record: dict, out: Path, work: Path, model_path: str) -> dict:
     run_record.write_run(out / "run.json", typed)  # last: its presence means the run is complete
     log.info(f"run {record['run_id']}: {record['status']}, {record['tokens_completed']} tokens, "
         f"{record['wall_s']:.1f} s")
-    return {**typed.as_dict(), "format": run_record.FORMAT_VERSION}
+    return typed
