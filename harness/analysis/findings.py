@@ -8,7 +8,6 @@ only when every part holds and is refuted after Holm's correction across its par
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -85,8 +84,22 @@ class Study:
     moe_ceiling: float
     trace: pd.DataFrame | None = None
     trace_synthetic: bool = True
+    trace_of: str = ""  # which run the trace is: "run `<id>` repeat <k>"
     n_expert: int = 0
     _pools: dict = field(default_factory=dict, repr=False)  # value -> stats.Pool, made once
+
+    @classmethod
+    def of(cls, runs: pd.DataFrame, all_runs: pd.DataFrame, layouts: dict, q4: str, q2: str,
+           io_mb_s: float, dense_ceiling: float, moe_ceiling: float) -> Study:
+        """The study of one regime: `runs` the judged runs, the routing trace the longest
+        logged one of `all_runs`."""
+        tr = metrics.trace_run(all_runs, q4)
+        return cls(runs=runs, layouts=layouts, q4=q4, q2=q2, io_mb_s=io_mb_s,
+                   dense_ceiling=dense_ceiling, moe_ceiling=moe_ceiling,
+                   trace=metrics.read_trace(tr) if tr is not None else None,
+                   trace_synthetic=bool(tr.synthetic) if tr is not None else True,
+                   trace_of=f"run `{tr.run_id}` repeat {tr['repeat']}" if tr is not None else "",
+                   n_expert=layouts.get(q4, {}).get("n_expert", 0))
 
     @property
     def value(self) -> str:
@@ -158,13 +171,14 @@ class Study:
 
 @dataclass
 class Outcome:
-    """What a finding shows: its verdict, its tables, notes, and its figures as (name, draw):
-    `draw()` returns the matplotlib figure (drawn only when rendered)."""
+    """What an analysis unit shows: its verdict (None for a unit that only measures), its
+    tables, notes, and its figures as (name, draw) or (name, draw, caption detail): `draw()`
+    returns the matplotlib figure (drawn only when rendered)."""
 
-    verdict: Verdict
+    verdict: Verdict | None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    figures: list[tuple[str, Callable]] = field(default_factory=list)
+    figures: list[tuple] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -241,7 +255,9 @@ class SkewFinding(Finding):
                         f"the median layer needs {frac:.0%} of its experts for 80%")
         lay = st.layouts.get(st.q4, {})
         heat = metrics.routing_heatmap(st.trace, lay.get("n_layer", 0), lay.get("n_expert", 0))
-        return Outcome(v, {"finding2_skew": sk},
+        note = (f"Routing trace: {st.trace_of} ({int(st.trace.token.nunique())} tokens incl. the "
+                f"prompt, {st.n_expert} experts).")
+        return Outcome(v, {"finding2_skew": sk}, [note],
                        figures=[("routing_heatmap", lambda: _plots().routing_heatmap(heat))])
 
 

@@ -497,6 +497,38 @@ def bound_errors(table: pd.DataFrame) -> pd.Series:
     return ((faster.fillna(False) | fewer.fillna(False)) & judged).astype(bool)
 
 
+def trace_run(runs: pd.DataFrame, model: str):
+    """The runs-table row of the longest logged routing trace of `model` (the study's used 64
+    tokens), None when no ok run logged one. Every mechanism routes identically
+    (tests/test_harness.py), so the mechanism only breaks ties: `none` first."""
+    cand = runs[(runs.status == Status.OK.value) & (runs.log_experts.astype(bool))]
+    if len(cand[cand.model == model]):
+        cand = cand[cand.model == model]
+    if cand.empty:
+        return None
+    cand = cand.assign(_not_none=cand.mechanism != "none")
+    return cand.sort_values(["tokens_completed", "_not_none", "repeat"],
+                            ascending=[False, True, True]).iloc[0]
+
+
+def read_trace(run) -> pd.DataFrame:
+    """A run's routing trace (experts.csv beside its record)."""
+    return pd.read_csv(Path(run["record"]).parent / "experts.csv")
+
+
+def configuration_trace(runs: pd.DataFrame, config) -> pd.DataFrame | None:
+    """The routing trace (every decode: the prompt's and each generated token's) of a logged run
+    of this configuration's model and length (`config`: a summary row), its own runs first."""
+    cand = runs[(runs.model == config.model) & (runs.tokens == config.tokens)
+                & (runs.status == Status.OK.value)]
+    cand = pd.concat([cand[cand.run_id == config.run_id], cand[cand.log_experts.astype(bool)]])
+    for rec in cand.record:
+        ex = pd.read_csv(Path(rec).parent / "experts.csv")
+        if len(ex):
+            return ex
+    return None
+
+
 def routing_heatmap(experts: pd.DataFrame, n_layer: int, n_expert: int) -> np.ndarray:
     m = np.zeros((n_layer, n_expert))
     for (layer, e), c in experts.groupby(["layer", "expert"]).size().items():

@@ -87,15 +87,16 @@ def cache_simulation(cs: pd.DataFrame):
     return fig
 
 
-def time_breakdown(w, bd_t: pd.DataFrame, run_id: str) -> None:
+def time_breakdown(bd: dict):
+    """The time breakdown's one bar (harness.analysis.breakdown)."""
     fig, ax = plt.subplots(figsize=(6, 2.2))
     left = 0.0
     for part, color in (("pread_s", "tab:orange"), ("compute_s", "tab:blue"),
                         ("madvise_s", "tab:green"), ("other_prefetch_s", "tab:gray")):
-        val = float(bd_t[part].iloc[0])
+        val = float(bd[part])
         ax.barh([0], [val], left=left, color=color, label=part)
         left += val
     ax.set_yticks([])
     ax.set_xlabel("seconds per token (median)")
     ax.legend(fontsize=7, ncol=4)
-    w.plot("time_breakdown", fig, f"Run `{run_id}`.")
+    return fig

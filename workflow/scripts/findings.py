@@ -2,6 +2,7 @@ from harness.util import log_to
 
 log_to(snakemake.log[0])
 
-from harness.report.results import write_findings
+from harness.report.results import ReportInputs, write_findings
 
-write_findings(snakemake.input, snakemake.output, snakemake.params.config)
+write_findings(ReportInputs.of(snakemake.input), dict(snakemake.output.items()),
+               snakemake.params.config)
