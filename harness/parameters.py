@@ -99,6 +99,10 @@ PARAMETERS: tuple[Parameter, ...] = (
               "on cgroup v1 outside the run's throttle) or `sync` (the run starts each layer's "
               "writeback itself with `sync_file_range`, so the writes share its throttled disk)",
               choices=("kernel", "sync"), mechanisms=("write-in-place",), cli=("--writeback",)),
+    Parameter("willneed_after_pread", bool, True,
+              "pread+madvise: advise `MADV_WILLNEED` on each slab's mapped range after its pread "
+              "(the study's design); off: the pread alone warms the page cache",
+              mechanisms=("pread+madvise",), cli=("--no-willneed-after-pread",)),
     Parameter("cache_budget_mb", int, 900, "odirect-cache: the slabs its anonymous memory may "
               "hold beyond the layer being computed", unit="MB", minimum=0,
               mechanisms=("odirect-cache",), cli=("--cache-budget-mb",)),

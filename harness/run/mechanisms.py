@@ -188,10 +188,11 @@ class PreadMadvise(Mechanism):
     name = "pread+madvise"
     read_path = "buffered read"
 
-    def __init__(self, model, **options):
+    def __init__(self, model, *, willneed_after_pread: bool, **options):
         super().__init__(model, **options)
         self.scratch = bytearray(_max_slab(self.layout))
         self.view = memoryview(self.scratch)
+        self.advise = bool(willneed_after_pread)
 
     def on_route(self, layer, experts):
         for e in experts:
@@ -199,7 +200,8 @@ class PreadMadvise(Mechanism):
                 t0 = time.perf_counter()
                 n = os.preadv(self.model.fd, [self.view[: s.nbytes]], s.offset)
                 t1 = time.perf_counter()
-                madvise(self.model.base + s.offset, s.nbytes, MADV_WILLNEED)
+                if self.advise:
+                    madvise(self.model.base + s.offset, s.nbytes, MADV_WILLNEED)
                 self.c.pread_s += t1 - t0
                 self.c.madvise_s += time.perf_counter() - t1
                 self.c.bytes_read += n
