@@ -156,6 +156,23 @@ def test_prefetching_mechanisms_make_routed_slabs_resident_and_none_does_not(col
         assert rec.summary.byte_accounting_ok in (None, True), name
 
 
+def test_pread_alone_warms_the_page_cache_without_the_advice(manifest, tiny_models, tmp_path,
+                                                            cold_runs):
+    """willneed_after_pread off: the same reads, no madvise, every routed byte still resident
+    before the matmuls (the pread put it in the page cache)."""
+    model = tiny_models["olmoe-tiny-Q4_K_M"]
+    rec = run(manifest, model, tmp_path, spec("pread+madvise", tokens=4, evict_after_load=True,
+                                              willneed_after_pread=False),
+              limits=Limits(read_ahead_kb=0, device_path=model["gguf"]))
+    tok = pd.read_csv(tmp_path / "tokens.csv")
+    assert rec.status == "ok" and rec.spec.mechanism_options["willneed_after_pread"] is False
+    assert (tok.madvise_s == 0).all() and (tok.bytes_missing_after == 0).all()
+    assert rec.summary.byte_accounting_ok is True
+    with_advice = cold_runs["pread+madvise"][1]
+    assert (with_advice.madvise_s > 0).any()  # the default advises: the switch did something
+    assert list(tok.bytes_read) == list(with_advice.bytes_read)
+
+
 def test_bytes_read_are_what_the_syscalls_returned(cold_runs, tiny_models):
     for name in ("pread+madvise", "threadpool", "write-in-place"):
         rec, tok = cold_runs[name]
