@@ -13,7 +13,10 @@ import math
 import re
 from pathlib import Path
 
+import yaml
+
 from harness import parameters
+from harness.util import canonical
 from harness.run.mechanisms import REGISTRY
 
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]i?)?[bB]?\s*$")
@@ -22,6 +25,11 @@ UNITS = {None: 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
 # the run parameters (names, types, defaults, which mechanisms read them) are harness.parameters'
 SWEEPABLE, MECHANISM_DEFAULTS = parameters.SWEEPABLE, parameters.MECHANISM_DEFAULTS
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9._+-]*$")
+# a model's or a profile's name becomes a path under results/ and part of run ids: no `/`, no
+# leading `.`, nothing a shell would read
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+# a SLURM node or partition name, as sbatch --nodelist / --partition take one
+SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class ConfigError(ValueError):
@@ -153,6 +161,17 @@ def check_run_values(config: dict, entry: str, vals: dict) -> None:
     if not vals["prompt"].strip():
         raise ConfigError(f"{where}.prompt: {vals.get('prompt')!r} is empty; the run decodes from a "
                           "prompt of at least one non-blank character")
+    try:  # the tokenizer takes UTF-8: a lone surrogate or a NUL would fail in every run
+        vals["prompt"].encode("utf-8")
+        if "\0" in vals["prompt"]:
+            raise UnicodeError("NUL")
+    except UnicodeError:
+        raise ConfigError(f"{where}.prompt: {vals['prompt']!r} is not text the tokenizer can take "
+                          "(a lone surrogate or a NUL character)") from None
+    cpus = usable_cpus()
+    if cpus and not _measured_elsewhere(config) and vals["threads"] > cpus:
+        raise ConfigError(f"{where}.threads: {vals['threads']} is more than the {cpus} CPUs this "
+                          "process may use (each thread would wait for a core)")
     mech = REGISTRY[vals["mechanism"]]
     body = (config.get("experiments") or {}).get(entry) or {}
     for k in MECHANISM_DEFAULTS:
@@ -170,6 +189,23 @@ def check_run_values(config: dict, entry: str, vals: dict) -> None:
     if n_expert and "lookahead_experts" in mech.options and vals["lookahead_experts"] > n_expert:
         raise ConfigError(f"{where}.lookahead_experts: {vals['lookahead_experts']} is more than "
                           f"model {vals['model']!r}'s {n_expert} experts per layer")
+
+
+def usable_cpus() -> int | None:
+    """The CPUs this process may run on (its affinity), None where that is not known."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
+def _measured_elsewhere(config: dict) -> bool:
+    """The measurements run on other machines (a cluster node or a fleet): this one's CPUs do
+    not bound them."""
+    return bool((config.get("cluster") or {}).get("node") or (config.get("cluster") or {})
+                .get("partition") or config.get("machines"))
 
 
 def _synthetic_experts(model: dict) -> int | None:
@@ -192,6 +228,20 @@ def check(config: dict) -> list[RunSpec]:
                               f"{', '.join(config.get('profiles', {}))}")
     if not names or len(set(names)) != len(names):
         raise ConfigError(f"config: profile: {config.get('profile')!r} must name each profile once")
+    for section in ("profiles", "models"):
+        for name in config.get(section) or {}:
+            if not NAME_RE.match(str(name)):
+                raise ConfigError(f"config: {section}.{name}: {name!r} is not a usable name: it "
+                                  "becomes a path under results/ (letters, digits, . _ + -, not "
+                                  "starting with . or -)")
+    for k in ("node", "partition"):
+        v = (config.get("cluster") or {}).get(k)
+        if v is not None and not SLURM_NAME_RE.match(str(v)):
+            raise ConfigError(f"config: cluster.{k}: {v!r} is not a SLURM {k} name (letters, "
+                              "digits, . _ -)")
+    local = (config.get("cluster") or {}).get("local_dir")
+    if local is not None and (not str(local).startswith("/") or "\n" in str(local)):
+        raise ConfigError(f"config: cluster.local_dir: {local!r} must be an absolute path")
     for name, prof in config["profiles"].items():
         for k in ("ram_budget", "read_bps", "write_bps"):
             if prof.get(k) is not None:
@@ -220,6 +270,10 @@ def check(config: dict) -> list[RunSpec]:
     for k in ("dense_model", "moe_model"):
         if ceil.get(k) and ceil[k] not in config.get("models", {}):
             raise ConfigError(f"config: ceilings.{k}: {ceil[k]!r} is not one of the models")
+    for m in ceil.get("baseline_models") or []:
+        if m not in config.get("models", {}):
+            raise ConfigError(f"config: ceilings.baseline_models: {m!r} is not one of the models: "
+                              f"{', '.join(config.get('models', {}))}")
     return expand(config)
 
 
@@ -274,7 +328,7 @@ def profile_limits(config: dict, device_path: str, *, ram: bool = True, cpu_quot
 def profile_config(config: dict, name: str) -> dict:
     """Only that profile, as a measurement rule's params carry it: editing experiments or another
     profile must not re-trigger its ceilings or finished runs through Snakemake's params."""
-    return {"profile": name, "profiles": {name: config["profiles"][name]}}
+    return canonical({"profile": name, "profiles": {name: config["profiles"][name]}})
 
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
@@ -300,3 +354,24 @@ def cpu_quota_of(quota_json: str | None) -> float | None:
     import json
 
     return json.loads(Path(quota_json).read_text()).get("cpu_quota")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key written twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(f"config: {key_node.start_mark.name}, line "
+                                  f"{key_node.start_mark.line + 1}: key {key!r} is written twice in "
+                                  "one mapping (only the last would count)")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def check_config_file(path) -> None:
+    """Refuse what a YAML library accepts silently: the same key twice in one mapping."""
+    with open(path) as fh:
+        yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass

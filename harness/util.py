@@ -111,3 +111,13 @@ def log_to(path: os.PathLike) -> None:
     sys.stderr = open(path, "w", buffering=1)  # noqa: SIM115 - the process's stderr from now on
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s",
                         force=True)
+
+
+def canonical(obj):
+    """`obj` with every dict's keys in sorted order, recursively: Snakemake compares a rule's
+    params by their repr, so a dict param must not change with the order keys were written in."""
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj, key=str)}
+    if isinstance(obj, list | tuple):
+        return type(obj)(canonical(v) for v in obj)
+    return obj

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import ConfigError, expand, parse_size, validate_config
+from harness.config import ConfigError, check_config_file, expand, parse_size, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = yaml.safe_load((ROOT / "config/experiments.yaml").read_text())
@@ -68,6 +68,23 @@ def _delete(path):
         for k in path[:-1]:
             d = d[k]
         del d[path[-1]]
+    return f
+
+
+def _rename(path, old, new):
+    """Rename a key of the mapping at `path` (keeping what refers to it consistent)."""
+    def f(c):
+        d = c
+        for k in path:
+            d = d[k]
+        d[new] = d.pop(old)
+        for e in c["experiments"].values():
+            if e.get("model") == old:
+                e["model"] = new
+        if c.get("profile") == old or old in (c.get("profile") or []):
+            c["profile"] = new
+        for k in ("baseline_models",):
+            c["ceilings"][k] = [new if m == old else m for m in c["ceilings"].get(k, [])]
     return f
 
 
@@ -148,6 +165,24 @@ BAD = {
     "a queue depth of 1000": (_set(["ceilings", "random_queue_depths"], [1, 1000]),
                               "1000 is greater than the maximum of 256"),
     "random reads of 64 GiB": (_set(["ceilings", "random_read_mib"], 65536), "random_read_mib"),
+    # names become paths under results/ and run ids; cluster keys reach sbatch through a shell
+    "a model named out of results/": (_rename(["models"], "olmoe-q2", "../../../tmp/escape"),
+                                      "models.../../../tmp/escape: '../../../tmp/escape' is not a "
+                                      "usable name"),
+    "a model name with a slash": (_rename(["models"], "olmoe-q2", "a/b"), "is not a usable name"),
+    "a profile named out of results/": (_rename(["profiles"], "native", "../x"),
+                                        "profiles.../x"),
+    "a shell command as the cluster node": (_set(["cluster", "node"], "n1; touch /tmp/owned"),
+                                            "cluster.node: 'n1; touch /tmp/owned' is not a SLURM"),
+    "a relative node-local directory": (_set(["cluster", "local_dir"], "scratch"),
+                                        "cluster.local_dir: 'scratch' must be an absolute path"),
+    # machine-dependent bounds and text the tokenizer cannot take, refused before any job
+    "512 threads on this machine": (_set(["experiments", "madvise", "threads"], 512),
+                                    "threads: 512 is more than the"),
+    "a lone surrogate in the prompt": (_set(["defaults", "prompt"], "\ud800 begins"),
+                                       "is not text the tokenizer can take"),
+    "a baseline of a model not in models:": (_set(["ceilings", "baseline_models"], ["olmoe-q5"]),
+                                             "ceilings.baseline_models: 'olmoe-q5' is not one of"),
 }
 
 
@@ -195,3 +230,22 @@ def test_snakemake_refuses_bad_config_before_any_job(case, tmp_path):
     assert res.returncode != 0
     assert needle in res.stdout + res.stderr
     assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+
+
+def test_a_key_written_twice_is_refused_naming_its_line(tmp_path):
+    text = (ROOT / "config/experiments.yaml").read_text()
+    (tmp_path / "ok.yaml").write_text(text)
+    check_config_file(tmp_path / "ok.yaml")  # the shipped config has no key twice
+    twice = text.replace("  baseline:\n    model: olmoe-q4\n",
+                         "  baseline:\n    model: olmoe-q4\n    model: olmoe-q2\n", 1)
+    assert twice != text
+    (tmp_path / "twice.yaml").write_text(twice)
+    with pytest.raises(ConfigError, match=r"line \d+: key 'model' is written twice"):
+        check_config_file(tmp_path / "twice.yaml")
+    # and Snakemake stops on it before any job
+    (tmp_path / "wd" / "config").mkdir(parents=True)
+    (tmp_path / "wd" / "config" / "experiments.yaml").write_text(twice)
+    res = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-n",
+                          "--directory", str(tmp_path / "wd"), "results/final"],
+                         capture_output=True, text=True)
+    assert res.returncode != 0 and "written twice" in res.stdout + res.stderr

@@ -177,6 +177,32 @@ def test_a_disturbed_repeat_is_measured_once_more_at_the_end(pipeline):
     assert "measured once more at the end" in text and victim.run_id in text
 
 
+MEASUREMENTS = ("harness_run_rep", "harness_rerun", "model", "synthetic_f16", "io_ceiling",
+                "compute_ceiling", "cpu_quota", "stock_baseline")
+
+
+def _reversed_keys(d):
+    return {k: _reversed_keys(d[k]) for k in reversed(list(d))} if isinstance(d, dict) else d
+
+
+def test_edits_that_change_no_measurement_plan_none(pipeline, tmp_path):
+    """The same config with its keys in another order, or the build cache moved: nothing is
+    measured again (a measurement depends on the build's identity, not where its cache is)."""
+    cfg = yaml.safe_load((pipeline / "config/experiments.yaml").read_text())
+    edits = {"keys-sorted": (cfg, True), "keys-reversed": (_reversed_keys(cfg), False),
+             "cache-moved": ({**cfg, "build": {**cfg["build"],
+                                               "cache_dir": str(tmp_path / "cache")}}, False)}
+    for what, (c, sort_keys) in edits.items():
+        f = tmp_path / f"{what}.yaml"
+        f.write_text(yaml.safe_dump(c, sort_keys=sort_keys))
+        out = snakemake(pipeline, "-n", "--configfile", str(f), "results/final").stdout
+        for rule in MEASUREMENTS:
+            assert not re.search(rf"^{rule}\S*\s+\d+$", out, re.M), (what, rule, out[-3000:])
+        outputs = " ".join(re.findall(r"^\s+output: (.*)$", out, re.M))
+        planned = re.findall(r"results/runs/([^/\s,]+)/re(?:p|run)\d+/run\.json", outputs)
+        assert not planned, (what, planned)
+
+
 def test_adding_an_entry_plans_only_its_runs(pipeline):
     cfg_path = pipeline / "config/experiments.yaml"
     cfg = yaml.safe_load(cfg_path.read_text())
@@ -186,7 +212,9 @@ def test_adding_an_entry_plans_only_its_runs(pipeline):
     assert re.search(r"^harness_run_rep1\s+1$", out, re.M), out[-2000:]
     # exactly one new measurement: the new entry's, no finished run planned again
     outputs = " ".join(re.findall(r"^\s+output: (.*)$", out, re.M))
-    planned = set(re.findall(r"results/runs/([^/\s,]+)/rep\d+/run\.json", outputs))
+    # re-runs of disturbed repeats too: a new record rewrites disturbed.json, and that must not
+    # measure a finished re-run again
+    planned = set(re.findall(r"results/runs/([^/\s,]+)/re(?:p|run)\d+/run\.json", outputs))
     assert planned == {"extra"}, planned
     for rule in ("build_llama", "model ", "io_ceiling", "compute_ceiling", "stock_baseline"):
         assert not re.search(rf"^{rule}\s+\d+", out, re.M), rule

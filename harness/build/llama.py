@@ -271,6 +271,15 @@ def build(source: Source, cache_dir: Path, jobs: int, extra_flags: tuple[str, ..
         shutil.rmtree(work, ignore_errors=True)
 
 
+def build_identity(build_cfg: dict) -> str:
+    """What a build is, as a rule's param: its source and CMake flags, keys in sorted order, and
+    not where its cache lives. Every measurement depends on it (a new one measures again);
+    none on the cache's place or the order the config's keys were written in."""
+    return json.dumps({"source": build_cfg["source"],
+                       "extra_cmake_flags": list(build_cfg.get("extra_cmake_flags") or [])},
+                      sort_keys=True)
+
+
 def ensure_build(build_cfg: dict, jobs: int) -> dict:
     cache_dir = resolve_cache_dir(build_cfg.get("cache_dir"))
     cache_dir.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,10 @@ rule build_llama:
     output:
         manifest=MANIFEST,
     params:
-        build=config["build"],
+        # the build's identity, and where its cache is (a move rewrites the manifest; what
+        # depends on the build takes it as ancient() and re-runs only on a new identity)
+        identity=BUILD_IDENTITY,
+        cache_dir=config["build"].get("cache_dir"),
     priority: 100
     log:
         "logs/build_llama.log",

@@ -5,10 +5,11 @@
 rule cpu_quota:
     input:
         unpack(calibration_inputs),
-        manifest=MANIFEST,
+        manifest=ancient(MANIFEST),
     output:
         CPU_QUOTA,
     params:
+        build=BUILD_IDENTITY,
         tokens=config["ceilings"]["bench_tokens"],
         config=profile_params,
         dense_model=config["ceilings"]["dense_model"],
@@ -56,7 +57,7 @@ rule io_ceiling:
 
 rule compute_ceiling:
     input:
-        manifest=MANIFEST,
+        manifest=ancient(MANIFEST),
         quota=CPU_QUOTA,
         dense="results/models/{}.gguf".format(config["ceilings"]["dense_model"]),
         moe="results/models/{}.gguf".format(config["ceilings"]["moe_model"]),
@@ -64,6 +65,7 @@ rule compute_ceiling:
     output:
         COMPUTE_CEILING,
     params:
+        build=BUILD_IDENTITY,
         tokens=config["ceilings"]["bench_tokens"],
         config=profile_params,
         dense_model=config["ceilings"]["dense_model"],
@@ -84,12 +86,13 @@ rule compute_ceiling:
 
 rule stock_baseline:
     input:
-        manifest=MANIFEST,
+        manifest=ancient(MANIFEST),
         quota=CPU_QUOTA,
         gguf="results/models/{model}.gguf",
     output:
         BASELINE,
     params:
+        build=BUILD_IDENTITY,
         # as many tokens as the harness runs decode, so the stock tool is compared like for like
         tokens=config["ceilings"].get("baseline_tokens") or config["defaults"]["tokens"],
         config=profile_params,

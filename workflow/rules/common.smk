@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -9,10 +10,14 @@ sys.path.insert(0, workflow.basedir)
 
 from harness.report import captions as plot_captions
 from harness.report.compare import TABLES as COMPARED_TABLES
-from harness.config import ConfigError, check, profile_config, study_profiles
+from harness.build.llama import build_identity
+from harness.config import ConfigError, check, check_config_file, profile_config, study_profiles
+from harness.util import canonical
 from harness.fleet import MachinesError, compare_trees
 
 try:
+    for _configfile in workflow.configfiles:
+        check_config_file(_configfile)
     RUNS = {r.run_id: r for r in check(config)}
     COMPARE_TREES = compare_trees(config)
 except (ConfigError, MachinesError) as exc:
@@ -34,6 +39,10 @@ OTHER_MOE_MODELS = sorted(
 LAYOUT_MODELS = sorted(set(RUN_MODELS) | set(BASELINE_MODELS)
                        | {config["ceilings"]["dense_model"], config["ceilings"]["moe_model"]})
 MANIFEST = "results/build/llama.json"
+# What every measurement depends on of the build: the manifest itself is an ancient() input (its
+# rewrite after a cache move re-measures nothing), and this identity is each one's param (a new
+# commit, patch source or flag measures again)
+BUILD_IDENTITY = build_identity(config["build"])
 # the study's regimes: every experiment, ceiling and baseline is measured under each profile
 PROFILES = study_profiles(config)
 CPU_QUOTA = "results/ceilings/{profile}/cpu_quota.json"
@@ -49,7 +58,9 @@ BASELINE = "results/baselines/{profile}/{model}.json"
 CLUSTER = config.get("cluster") or {}
 MEASUREMENT_RESOURCES = {
     "slurm_extra": " ".join(
-        ["--exclusive"] + ([f"--nodelist={CLUSTER['node']}"] if CLUSTER.get("node") else [])
+        # the node's name is checked (harness.config); quoted too, as the plugin runs a shell
+        ["--exclusive"] + ([f"--nodelist={shlex.quote(CLUSTER['node'])}"] if CLUSTER.get("node")
+                           else [])
     ),
     **({"slurm_partition": CLUSTER["partition"]} if CLUSTER.get("partition") else {}),
 }
@@ -105,7 +116,7 @@ def records_with_reruns(wildcards):
 
 
 def model_spec(wildcards):
-    return MODELS[wildcards.model]
+    return canonical(MODELS[wildcards.model])
 
 
 def run_spec(wildcards):

@@ -3,9 +3,11 @@
 
 rule synthetic_f16:
     input:
-        manifest=MANIFEST,
+        manifest=ancient(MANIFEST),
     output:
         temp("results/models/f16/{shape}-seed{seed}.gguf"),
+    params:
+        build=BUILD_IDENTITY,
     priority: 100
     log:
         "logs/synthetic_f16/{shape}-seed{seed}.log",
@@ -18,12 +20,13 @@ rule synthetic_f16:
 
 rule model:
     input:
-        manifest=MANIFEST,
+        manifest=ancient(MANIFEST),
         f16=synthetic_f16_input,
     output:
         gguf="results/models/{model}.gguf",
         info="results/models/{model}.json",
     params:
+        build=BUILD_IDENTITY,
         spec=model_spec,
     priority: 100
     log:

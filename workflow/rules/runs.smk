@@ -12,7 +12,7 @@ for _round in range(1, MAX_REPEATS + 1):
         name:
             f"harness_run_rep{_round}"
         input:
-            manifest=MANIFEST,
+            manifest=ancient(MANIFEST),
             quota=run_cpu_quota,
             model=run_model_file,
             info=run_model_info,
@@ -22,6 +22,7 @@ for _round in range(1, MAX_REPEATS + 1):
             tokens=f"results/runs/{{run_id}}/rep{_round}/tokens.csv",
             experts=f"results/runs/{{run_id}}/rep{_round}/experts.csv",
         params:
+            build=BUILD_IDENTITY,
             spec=run_spec,
             repeat=_round,
             config=run_profile_params,
@@ -56,17 +57,20 @@ checkpoint flag_repeats:
 
 rule harness_rerun:
     input:
-        manifest=MANIFEST,
+        manifest=ancient(MANIFEST),
         quota=run_cpu_quota,
         model=run_model_file,
         info=run_model_info,
         layout=run_model_layout,
-        flagged="results/analysis/disturbed.json",
+        # ancient: a new record rewrites disturbed.json, which must not re-measure finished
+        # re-runs; each re-run is keyed by the repeat it replaces (its {k})
+        flagged=ancient("results/analysis/disturbed.json"),
     output:
         record="results/runs/{run_id}/rerun{k}/run.json",
         tokens="results/runs/{run_id}/rerun{k}/tokens.csv",
         experts="results/runs/{run_id}/rerun{k}/experts.csv",
     params:
+        build=BUILD_IDENTITY,
         spec=run_spec,
         repeat=lambda wildcards: int(wildcards.k),
         config=run_profile_params,
