@@ -58,6 +58,11 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--out", required=True, help="output directory of the run's records")
     a = ap.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+    out = Path(a.out)
+    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
+        # the run writes several files there as root: never into something that holds others
+        print(f"-o {a.out}: exists and is not an empty directory; name a new one", file=sys.stderr)
+        return 2
 
     model = Path(a.model).resolve()
     layout_path = model.with_name(model.stem + ".layout.json")

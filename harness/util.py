@@ -24,7 +24,13 @@ def atomic_path(path: os.PathLike):
     so an interrupted run never leaves a file that looks finished."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # a killed writer's partial copy (a model's download or staging) is reaped by the next write
+    # into its directory: the temporary name carries its owner (owner_tag)
+    for left in left_by_dead_process(path.parent.glob(".tmp-*")):
+        with contextlib.suppress(OSError):
+            left.unlink()
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{owner_tag()}-{path.name}.", suffix=".tmp",
+                               dir=path.parent)
     os.close(fd)
     os.chmod(tmp, 0o644)  # mkstemp's 0600 would make results unreadable to other users
     try:

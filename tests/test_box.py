@@ -1,18 +1,20 @@
 """The box beside the run: read-ahead set and restored (also after kill -9), the host's DAMON,
 device and VM counters recorded, and the CPU quota calibration."""
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from harness.box import conditions
+from harness.box import conditions, measurelock
 from harness.box.calibrate import CalibrationError, calibrate
-from harness.box.limits import Limits, block_device_of, cgroup_version, run_cgroup
+from harness.box.limits import Limits, LimitError, block_device_of, cgroup_version, run_cgroup
 
 needs_cgroups = pytest.mark.skipif(cgroup_version() is None, reason="no cgroup hierarchy")
 
@@ -258,3 +260,77 @@ def test_io_share_calibration_on_a_machine_that_cannot_reach_the_split_says_so()
     out = calibrate_io_share(_io_machine(disk_s=0.1, compute_cpu_s=2.0), 0.58, cpus=2)
     assert out["cpu_quota"] is None and not out["within_tolerance"]
     assert "reachable split is 0.09" in out["reason"]
+
+
+def test_a_model_off_any_block_device_keeps_the_ram_budget_and_names_what_cannot_apply():
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or cgroup_version() is None:
+        pytest.skip("no /dev/shm tmpfs or no cgroups here")
+    model = shm / f"moe-bench-test-{os.getpid()}.gguf"
+    model.write_bytes(b"\0" * 4096)
+    try:
+        lim = Limits(ram_bytes=256 << 20, read_bps=150_000_000, read_ahead_kb=128,
+                     device_path=str(model))
+        assert not lim.on_block_device
+        with pytest.raises(LimitError, match="read_bps, read_ahead_kb cannot apply"):
+            run_cgroup(lim).open()
+        with run_cgroup(dataclasses.replace(lim, allow_unenforced=True)) as cg:
+            assert cg.in_force["ram_bytes"] == 256 << 20  # the budget still holds
+            assert set(cg.in_force["not_applicable"]) == {"read_bps", "read_ahead_kb"}
+            assert cg.in_force.get("read_bps") is None and not cg.in_force.get("error")
+    finally:
+        model.unlink()
+
+
+@needs_cgroups
+def test_a_leftover_read_ahead_is_restored_whatever_device_the_next_run_uses(device, tmp_path):
+    """A killed run's read-ahead on the disk is put back by the next run's cgroup even when that
+    run measures a file elsewhere (here: on no block device at all)."""
+    dev, orig = device
+    want = other_value(orig)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    conditions.STATE_DIR.mkdir(parents=True, exist_ok=True)
+    conditions.DeviceReadahead(dev, None).state_file.write_text(
+        json.dumps({"device": dev, "original_kb": orig, "pid": dead.pid}))
+    conditions.read_ahead_file(dev).write_text(str(want))
+    with run_cgroup(Limits(device_path="/dev/shm", allow_unenforced=True)) as cg:
+        assert [r["original_kb"] for r in cg.in_force["restored_other_devices"]] == [orig]
+    assert conditions.DeviceReadahead(dev, None).current_kb() == orig
+
+
+def test_a_second_signal_cannot_break_into_the_cleanup():
+    cleaned = []
+    with pytest.raises(measurelock.Interrupted):
+        with measurelock.interruptible():
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)  # the first signal ends this
+            finally:
+                os.kill(os.getpid(), signal.SIGINT)  # impatient: a second Ctrl-C
+                time.sleep(0.2)
+                cleaned.append(True)  # reached: the second signal did not raise here
+    assert cleaned == [True]
+
+
+def test_a_user_who_is_not_root_is_told_what_needs_root(tmp_path, monkeypatch):
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(measurelock.os, "open", refuse)
+    with pytest.raises(PermissionError, match="Measuring needs root"):
+        with measurelock.exclusive("test", state_dir=tmp_path / "lock"):
+            pass
+
+
+def test_a_killed_writers_partial_copy_is_reaped_by_the_next_write(tmp_path):
+    from harness.util import atomic_write_text, host_tag
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = tmp_path / f".tmp-{dead.pid}-{host_tag()}-model.gguf.x1.tmp"
+    live = tmp_path / f".tmp-{os.getppid()}-{host_tag()}-model.gguf.x2.tmp"  # a live writer's
+    left.write_bytes(b"partial")
+    live.write_bytes(b"in progress")
+    atomic_write_text(tmp_path / "other.json", "{}")
+    assert not left.exists() and live.exists()

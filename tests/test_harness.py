@@ -359,12 +359,24 @@ def test_layout_refuses_ids_it_does_not_have(tiny_models):
 
 
 def test_time_limit_is_a_result(manifest, tiny_models, tmp_path):
+    # a link planted where the run writes its log: replaced by the run's file, never followed
+    victim = tmp_path.parent / f"{tmp_path.name}-victim"
+    victim.write_text("not yours")
+    (tmp_path / "worker.log").symlink_to(victim)
     rec = run(manifest, tiny_models["olmoe-tiny-Q4_K_M"], tmp_path, spec("none", tokens=4000),
               time_limit=3)
     assert rec.status == "killed: time"
     tok = pd.read_csv(tmp_path / "tokens.csv")
     assert rec.tokens_completed == len(tok) - 1 and rec.tokens_completed > 0
     assert tok.rss_bytes.gt(0).all()  # the RSS trail survives the kill
+    # every token recorded keeps all its expert rows (the prompt's and each generated one's)
+    ex = pd.read_csv(tmp_path / "experts.csv")
+    lay = tiny_models["olmoe-tiny-Q4_K_M"]["data"]
+    n_prompt = int(tok[tok.phase == "prompt"].n_tokens.iloc[0])  # positions before the first
+    per_position = ex.groupby("token").size()
+    for i in range(rec.tokens_completed):  # the token being decoded at the kill may have fewer
+        assert per_position.get(n_prompt + i, 0) == lay["n_layer"] * lay["n_expert_used"], i
+    assert victim.read_text() == "not yours" and not (tmp_path / "worker.log").is_symlink()
 
 
 def test_memory_kill_is_a_result(manifest, tiny_models, tmp_path):
@@ -391,14 +403,24 @@ def test_cli_runs_one_configuration_by_hand(manifest, tiny_models, tmp_path):
                          env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))  # the shell's is overridden
     assert res.returncode == 0, res.stderr[-2000:]
     rec = json.loads(res.stdout)
-    assert rec.status == "ok" and rec.tokens_completed == 6
+    assert rec["status"] == "ok" and rec["tokens_completed"] == 6
     # the worker's OpenMP threads waited as asked, and the record says so
-    assert rec.spec.omp_wait_policy == "active"
-    assert rec.attribution_sources["omp_wait_policy"] == "ACTIVE"
-    assert rec.summary.byte_accounting_ok is True
+    assert rec["spec"]["omp_wait_policy"] == "active"
+    assert rec["attribution_sources"]["omp_wait_policy"] == "ACTIVE"
+    assert rec["summary"]["byte_accounting_ok"] is True
     assert (tmp_path / "m.layout.json").exists()
     # logging off: no activation rows, only the header
     assert open(tmp_path / "out" / "experts.csv").read().count("\n") == 1
+    # the same -o again: a directory that holds files is never written into (as root)
+    again = subprocess.run([sys.executable, "-m", "harness", "-m", str(model), "-n", "2",
+                            "--manifest", str(mpath), "-o", str(tmp_path / "out")],
+                           capture_output=True, text=True)
+    assert again.returncode == 2 and "not an empty directory" in again.stderr
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    linked = subprocess.run([sys.executable, "-m", "harness", "-m", str(model), "-n", "2",
+                             "--manifest", str(mpath), "-o", str(tmp_path / "link")],
+                            capture_output=True, text=True)
+    assert linked.returncode == 2 and not (tmp_path / "elsewhere").exists()
 
 
 def test_the_wait_policy_reaches_the_environment_or_leaves_libgomps_default():
@@ -629,3 +651,11 @@ def test_keep_cache_skips_the_cold_start_only_for_a_model_wholly_cached(manifest
     assert again["status"] == "ok" and len(evictions) == 1
     assert again["residency_before"] == again["residency_at_start"] > 0.999
     assert again["spec"]["keep_cache"] is True
+
+
+def test_a_dense_model_under_a_prefetch_mechanism_is_refused_before_anything_runs(
+        manifest, tiny_models, tmp_path):
+    dense = tiny_models["qwen2-tiny-Q8_0"]
+    with pytest.raises(supervise.RunFailed, match="is dense .*madvise prefetches experts"):
+        run(manifest, dense, tmp_path / "out", spec("madvise"))
+    assert not (tmp_path / "out").exists()

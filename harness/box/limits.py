@@ -17,6 +17,7 @@ difference is visible.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import time
@@ -26,7 +27,8 @@ from typing import ClassVar
 from pathlib import Path
 
 from harness.run.attribution import CounterFiles
-from harness.box.conditions import BoxError, DeviceReadahead, HeldFile, parse_keyed, read_value
+from harness.box.conditions import (BoxError, DeviceReadahead, HeldFile, parse_keyed, read_value,
+                                    restore_all_leftovers)
 from harness.util import left_by_dead_process, owner_tag
 
 CGROOT = Path("/sys/fs/cgroup")
@@ -85,6 +87,19 @@ class Limits:
     def device(self) -> str:
         return block_device_of(self.device_path or ".")
 
+    @property
+    def on_block_device(self) -> bool:
+        """The file lives on a block device (not tmpfs, overlayfs, a network mount): a disk
+        throttle and a read-ahead can apply to it."""
+        return Path(f"/sys/dev/block/{self.device}").exists()
+
+    def without_disk(self) -> Limits:
+        """These limits less those that need a block device (the RAM budget and the quota stay)."""
+        return dataclasses.replace(self, read_bps=None, write_bps=None, read_ahead_kb=None)
+
+
+DISK_LIMITS = ("read_bps", "write_bps", "read_ahead_kb")
+
 
 # The CFS period of a CPU quota. Each CPU's run queue draws quota from the cgroup's pool in slices
 # of the host's sched_cfs_bandwidth_slice_us (5 ms here, recorded, not ours to change): with a
@@ -107,10 +122,14 @@ class RunCgroup:
     in_force: dict = field(default_factory=dict)
     name: str = ""
     readahead: DeviceReadahead | None = None
+    _restored: list = field(default_factory=list, repr=False)
     version: ClassVar[int | None] = None
 
     def open(self) -> RunCgroup:
         reap_stale()
+        # any device's read-ahead a killed run left changed, not only this run's device
+        self._restored = restore_all_leftovers()
+        not_applicable = self._disk_limits_without_a_disk()
         lim = self.limits
         wanted = any(v is not None for v in (lim.ram_bytes, lim.read_bps, lim.write_bps,
                                               lim.cpu_quota, lim.read_ahead_kb))
@@ -130,12 +149,41 @@ class RunCgroup:
                              "cpu_quota": None, "error": str(exc)}
             with contextlib.suppress(OSError, ValueError):
                 self.in_force["read_ahead_kb"] = DeviceReadahead(lim.device, None).current_kb()
+        if not_applicable:
+            self.in_force["not_applicable"] = not_applicable
+        others = [r for r in self._restored if r.get("device") != self.in_force.get("device")]
+        if others:
+            self.in_force["restored_other_devices"] = others
         return self
+
+    def _disk_limits_without_a_disk(self) -> dict:
+        """A file off any block device (tmpfs, overlayfs) keeps the limits that still apply (the
+        RAM budget, the CPU quota); the disk's cannot, and the profile must allow that. Returns
+        {limit: why} for those left out."""
+        lim = self.limits
+        asked = [k for k in DISK_LIMITS if getattr(lim, k) is not None]
+        if lim.on_block_device:
+            return {}
+        if asked and not lim.allow_unenforced:
+            raise LimitError(
+                f"{lim.device_path}: not on a block device (tmpfs or overlayfs?), so "
+                f"{', '.join(asked)} cannot apply; the RAM budget and CPU quota would. Put the "
+                "model on a disk, or set profile.allow_unenforced: true to measure without the "
+                "disk's limits")
+        why = f"{lim.device_path} is not on a block device"
+        self.limits = lim.without_disk()
+        return {k: why for k in asked}
 
     def _apply_read_ahead(self) -> None:
         """The device's read-ahead for this run; always recorded, set only when the profile says."""
+        if not self.limits.on_block_device:
+            self.in_force["read_ahead_kb"] = None  # no device: nothing to read ahead on
+            return
         self.readahead = DeviceReadahead(self.limits.device, self.limits.read_ahead_kb).apply()
         self.in_force.update(self.readahead.in_force())
+        if self.in_force.get("restored_leftover") is None:  # put back by restore_all_leftovers
+            mine = [r for r in self._restored if r.get("device") == self.limits.device]
+            self.in_force["restored_leftover"] = mine[0] if mine else None
         self.in_force["read_ahead_requested_kb"] = self.limits.read_ahead_kb
 
     def _mk(self, controller_root: Path) -> Path:

@@ -53,7 +53,14 @@ def interruptible():
         yield
         return
 
+    fired = []
+
     def handler(signum, _frame):
+        # the first signal stops the measurement; a second one (an impatient Ctrl-C) must not
+        # break into the cleanup it started (the cgroup, the read-ahead, a scratch copy)
+        if fired:
+            return
+        fired.append(signum)
         raise Interrupted(f"stopped by {signal.Signals(signum).name}")
 
     old = {sig: signal.signal(sig, handler) for sig in INTERRUPT_SIGNALS}
@@ -89,8 +96,14 @@ def exclusive(what: str, wait_s: float | None = None, state_dir: Path | None = N
             _held[path] -= 1
         return
     wait_s = WAIT_S if wait_s is None else wait_s
-    d.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except PermissionError:
+        raise PermissionError(
+            f"{path}: the measurement lock is root's. Measuring needs root: cgroup limits, the "
+            "device's read-ahead and page-cache eviction are root's to set. Run as root (or "
+            "under sudo).") from None
     try:
         deadline = time.monotonic() + wait_s
         said = False

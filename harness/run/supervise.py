@@ -138,12 +138,12 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
     # a spec the record could not hold fails now, not after the measurement
     run_record.check_spec(spec, f"run {spec.get('run_id')}")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     # the record holds the wait policy in force, not `auto`
     spec = {**spec, "omp_wait_policy": resolve_wait_policy(spec["omp_wait_policy"],
                                                            limits.cpu_quota)}
     model_path = model_info["path"]
-    _check_inputs(model_path, json.loads(Path(layout_path).read_text()), limits)
+    _check_inputs(model_path, json.loads(Path(layout_path).read_text()), limits, spec["mechanism"])
+    out.mkdir(parents=True, exist_ok=True)
     with measurelock.interruptible(), measurelock.exclusive(f"run {spec['run_id']} rep {spec.get('repeat')}"):
         _check_model_unchanged(model_info)
         model_stat = _stat_key(model_path)
@@ -218,8 +218,12 @@ def _check_model_unchanged(model_info: dict) -> None:
                         "different model. Delete it and its .info.json to have it made again.")
 
 
-def _check_inputs(model_path: str, layout: dict, limits: Limits) -> None:
+def _check_inputs(model_path: str, layout: dict, limits: Limits, mechanism: str = "none") -> None:
     check_header(model_path, layout["file_size"])
+    if not layout.get("n_expert") and REGISTRY[mechanism].prefetches:
+        raise RunFailed(f"{model_path} is dense (no experts); {mechanism} prefetches experts, so "
+                        "its run would measure nothing it is for: use mechanism none, or a MoE "
+                        "model")
     if limits.ram_bytes is not None and limits.ram_bytes <= layout["non_expert_bytes"]:
         raise RunFailed(f"config: the RAM budget ({limits.ram_bytes} bytes) is smaller than "
                         f"{model_path}'s non-expert tensors ({layout['non_expert_bytes']} bytes)")
@@ -276,7 +280,10 @@ def _collect(work: Path, out: Path, spec: dict) -> dict:
     """The worker's streamed rows as final CSVs (also when it was killed) and its summary."""
     from harness.run.worker import EXPERT_FIELDS, TOKEN_FIELDS
 
-    shutil.copyfile(work / "worker.log", out / "worker.log")
+    # through a temporary name and a rename: a link planted at out/worker.log is replaced, never
+    # followed (the supervisor runs as root)
+    with atomic_path(out / "worker.log") as tmp:
+        shutil.copyfile(work / "worker.log", tmp)
     n_tok_rows = _finalize_csv(work / "tokens.csv.part", out / "tokens.csv", ",".join(TOKEN_FIELDS))
     _finalize_csv(work / "experts.csv.part", out / "experts.csv", ",".join(EXPERT_FIELDS))
     fields = REGISTRY[spec["mechanism"]].row_fields

@@ -554,6 +554,10 @@ class Worker:
                for k, v in attribution.parts(snap0, snap1, wall).items()}}
 
     def write_row(self, row: dict) -> None:
+        # the decode's expert rows first, flushed with its token row: a run its limits kill is a
+        # result, and keeps every expert row of every token it recorded (one write a token; the
+        # rows are buffered within the token)
+        self.experts_part.flush()
         self.tokens_part.write(",".join(str(row[f]) for f in TOKEN_FIELDS) + "\n")
         if self.mech_part is not None:
             for r in self.mechanism.take_rows():
