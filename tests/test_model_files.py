@@ -126,7 +126,7 @@ def test_corrupted_download_is_rejected_and_leaves_no_output(hub, tmp_path, monk
     with pytest.raises(BadModelFile, match="bad.gguf@main: sha256"):
         fetch.download_hf(spec, tmp_path / "out.gguf", tmp_path / "cache")
     assert not (tmp_path / "out.gguf").exists()
-    assert not list(tmp_path.glob(".out.gguf*"))
+    assert not list(tmp_path.glob(".tmp-*"))  # no partial copy left
 
 
 def test_local_path_source(tiny_models, tmp_path):
@@ -137,3 +137,42 @@ def test_local_path_source(tiny_models, tmp_path):
     assert (tmp_path / "link.gguf").resolve() == src.resolve()
     with pytest.raises(BadModelFile, match="sha256"):
         fetch.link_local({"path": str(src), "sha256": "1" * 64}, tmp_path / "link2.gguf")
+
+
+def _moe_gguf(path: Path, blocks: dict[int, str], n_expert: int = 4) -> Path:
+    """A minimal MoE GGUF: per block, `merged` experts (blk.N.ffn_gate_exps), `per-expert` ones
+    (blk.N.ffn_gate.E, older Mixtral files) or `dense` (an ordinary FFN, no experts)."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "olmoe")
+    w.add_block_count(len(blocks))
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(2)
+    for b, kind in blocks.items():
+        w.add_tensor(f"blk.{b}.attn_norm.weight", np.ones(8, np.float32))
+        if kind == "merged":
+            w.add_tensor(f"blk.{b}.ffn_gate_exps.weight", np.zeros((n_expert, 8, 8), np.float32))
+        elif kind == "per-expert":
+            for e in range(n_expert):
+                w.add_tensor(f"blk.{b}.ffn_gate.{e}.weight", np.zeros((8, 8), np.float32))
+        else:
+            w.add_tensor(f"blk.{b}.ffn_gate.weight", np.zeros((8, 8), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("name,blocks,why", [
+    ("deepseek-like.gguf", {0: "dense", 1: "merged", 2: "merged"}, r"blocks \[0\] have no experts"),
+    ("mixtral-old.gguf", {0: "per-expert", 1: "per-expert"}, r"experts stored one tensor each"),
+    ("olmoe-00001-of-00003.gguf", {0: "merged", 1: "merged"}, r"one shard of a split GGUF"),
+])
+def test_layouts_the_harness_cannot_measure_are_refused_naming_why(tmp_path, name, blocks, why):
+    path = _moe_gguf(tmp_path / name, blocks)
+    with pytest.raises(BadModelFile, match=why):
+        check_gguf(path)
+    # the same model whole, with merged experts in every block, is measurable
+    check_gguf(_moe_gguf(tmp_path / "fine.gguf", {0: "merged", 1: "merged"}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -59,4 +60,34 @@ def check_gguf(path: os.PathLike, expected_sha256: str | None = None) -> dict:
         raise BadModelFile(f"{path}: corrupted GGUF ({type(exc).__name__}: {exc})") from exc
     if layout["n_tensors"] != n_tensors or size <= 0:
         raise BadModelFile(f"{path}: header says {n_tensors} tensors, found {layout['n_tensors']}")
+    check_measurable(path, layout)
     return layout
+
+
+SPLIT_RE = re.compile(r"-\d{5}-of-(\d{5})\.gguf$")
+PER_EXPERT_RE = re.compile(r"^blk\.\d+\.ffn_(gate|up|down)\.\d+\.weight$")
+
+
+def check_measurable(path: os.PathLike, layout: dict) -> None:
+    """Refuse, naming the file and why, a layout the harness cannot measure exactly: one shard
+    of a split GGUF (hashed, laid out and evicted as one file, it would be a fraction of the
+    model), experts stored as one tensor each (older Mixtral files: their bytes would count as
+    always-needed), or a MoE model with blocks that have no experts (leading dense layers, as in
+    DeepSeek-2 or GLM-4-MoE: the harness matches one routing decision to every block)."""
+    path = Path(path)
+    m = SPLIT_RE.search(path.name)
+    if m and int(m.group(1)) > 1:
+        raise BadModelFile(f"{path}: one shard of a split GGUF ({m.group(1)} files); merge them "
+                           "into one (llama-gguf-split --merge) and name the merged file")
+    per_expert = [t["name"] for t in layout["tensors"] if PER_EXPERT_RE.match(t["name"])]
+    if per_expert:
+        raise BadModelFile(f"{path}: experts stored one tensor each ({per_expert[0]}, ...); the "
+                           "harness reads merged expert tensors (blk.N.ffn_*_exps): convert the "
+                           "model with a current llama.cpp")
+    if layout.get("n_expert"):
+        with_experts = {x["layer"] for x in layout["expert_tensors"]}
+        dense = [b for b in range(layout["n_layer"]) if b not in with_experts]
+        if dense:
+            raise BadModelFile(f"{path}: blocks {dense[:8]}{'...' if len(dense) > 8 else ''} have "
+                               "no experts (leading dense layers); the harness needs every block "
+                               "of a MoE model to route (one routing decision per block)")
