@@ -289,3 +289,31 @@ def test_the_lock_is_reentrant_within_a_process_and_still_excludes_others(tmp_pa
         assert other.returncode != 0 and "MeasurementBusy" in other.stderr
     with measurelock.exclusive("again", wait_s=0, state_dir=tmp_path):
         pass  # released after the outer block
+
+
+def test_the_models_sha256_is_read_once_then_its_identity_checked(tiny_models, tmp_path):
+    """A full sha256 the first time, the file's identity (size, mtime, inode) after; a write to
+    the file changes its identity, so the next check reads it whole again and refuses it."""
+    m = tiny_models["olmoe-tiny-Q2_K"]
+    model = tmp_path / "m.gguf"
+    shutil.copyfile(m["gguf"], model)
+    info = {**m["info"], "path": str(model)}
+    assert supervise._check_model_unchanged(info) == "sha256"
+    assert supervise._check_model_unchanged(info) == "identity"
+    with open(model, "r+b") as f:  # one byte changed in place: same size
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0xFF]))
+    with pytest.raises(supervise.RunFailed, match="has changed since it was made"):
+        supervise._check_model_unchanged(info)
+    # after the study: the bytes read in full again, and a changed model named
+    from harness.models.checks import BadModelFile, verify_models
+
+    info_path = tmp_path / "m.json"
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(BadModelFile, match="changed during the study"):
+        verify_models([info_path])
+    shutil.copyfile(m["gguf"], model)
+    assert verify_models([info_path]) == [{"model": info["name"], "path": str(model),
+                                           "sha256": info["sha256"]}]

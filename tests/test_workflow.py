@@ -40,7 +40,8 @@ def test_dry_run_plans_every_stage(tmp_path):
     shutil.copytree(ROOT / ".test" / "config", tmp_path / "config")
     out = snakemake(tmp_path, "-n", "results/final").stdout
     for rule in ("build_llama", "synthetic_f16", "model", "layout", "io_ceiling", "compute_ceiling", "harness_run_rep2",
-                 "stock_baseline", "harness_run_rep1", "runs_table", "findings", "final"):
+                 "stock_baseline", "harness_run_rep1", "runs_table", "findings", "verify_models",
+                 "final"):
         assert re.search(rf"^{rule}\s+\d+", out, re.M), rule
 
 

@@ -91,3 +91,23 @@ def check_measurable(path: os.PathLike, layout: dict) -> None:
             raise BadModelFile(f"{path}: blocks {dense[:8]}{'...' if len(dense) > 8 else ''} have "
                                "no experts (leading dense layers); the harness needs every block "
                                "of a MoE model to route (one routing decision per block)")
+
+
+def verify_models(info_paths) -> list[dict]:
+    """After the study's last run: each model's bytes read in full against the sha256 recorded
+    when it was made (runs check only its identity once it was read in full). Raises
+    BadModelFile naming a model that changed; returns what was checked."""
+    import json
+
+    out = []
+    for p in info_paths:
+        info = json.loads(Path(p).read_text())
+        if not info.get("sha256"):
+            continue
+        got = sha256_file(info["path"])
+        if got != info["sha256"]:
+            raise BadModelFile(f"{info['path']}: sha256 {got} is not the {info['sha256']} it was "
+                               "made with: it changed during the study, and the runs measured "
+                               "after the change describe another model")
+        out.append({"model": info.get("name"), "path": info["path"], "sha256": got})
+    return out

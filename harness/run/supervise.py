@@ -145,7 +145,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
     _check_inputs(model_path, json.loads(Path(layout_path).read_text()), limits, spec["mechanism"])
     out.mkdir(parents=True, exist_ok=True)
     with measurelock.interruptible(), measurelock.exclusive(f"run {spec['run_id']} rep {spec.get('repeat')}"):
-        _check_model_unchanged(model_info)
+        record_check = _check_model_unchanged(model_info)
         model_stat = _stat_key(model_path)
         _reap_leftovers(out, Path(model_path).parent)
         for stale in (out / "run.incomplete.json", out / "run.failed.json"):
@@ -153,7 +153,8 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
         work = Path(tempfile.mkdtemp(prefix=f".work-{owner_tag()}-", dir=out))
         scratch = None
         cg = run_cgroup(limits)
-        record = {"run_id": spec["run_id"], "spec": spec, "status": None}
+        record = {"run_id": spec["run_id"], "spec": spec, "status": None,
+                  "model_check": record_check}
         try:
             run_model, scratch = _model_to_run(spec, model_path)
             cached = (pagecache.residency(run_model) if spec.get("warm") and spec.get("keep_cache")
@@ -205,17 +206,42 @@ def _stat_key(path: str) -> tuple:
     return st.st_size, st.st_mtime_ns, st.st_ino
 
 
-def _check_model_unchanged(model_info: dict) -> None:
-    """The model's sha256 against the one recorded when it was made, before anything is measured:
-    a changed file stops the pipeline instead of producing numbers for a different model."""
+def _check_model_unchanged(model_info: dict) -> str | None:
+    """The model's bytes against the sha256 recorded when it was made, before anything is
+    measured: a changed file stops the pipeline instead of producing numbers for a different
+    model. The full sha256 is read once per file and identity (size, mtime, inode, kept beside
+    the model in <model>.verified.json); a run of a file whose identity has not changed since
+    checks that only. Returns how it was checked: `identity`, `sha256` or None (no sha256)."""
     want = model_info.get("sha256")
     if not want:
-        return
-    got = sha256_file(model_info["path"])
+        return None
+    path = Path(model_info["path"])
+    if verified_identity(path, want):
+        return "identity"
+    got = sha256_file(path)
     if got != want:
-        raise RunFailed(f"model file {model_info['path']} has changed since it was made (sha256 "
+        raise RunFailed(f"model file {path} has changed since it was made (sha256 "
                         f"{got[:16]}..., recorded {want[:16]}...): measurements would describe a "
                         "different model. Delete it and its .info.json to have it made again.")
+    size, mtime_ns, ino = _stat_key(str(path))
+    atomic_write_json(_verified_file(path), {"sha256": got, "size": size, "mtime_ns": mtime_ns,
+                                             "ino": ino})
+    return "sha256"
+
+
+def _verified_file(model: Path) -> Path:
+    return model.with_name(model.name + ".verified.json")
+
+
+def verified_identity(model: Path, sha256: str) -> bool:
+    """The file is the one whose sha256 was last read in full and matched `sha256`: the same
+    size, modification time and inode as then (a write or a replacement changes one of them)."""
+    try:
+        v = json.loads(_verified_file(model).read_text())
+    except (OSError, ValueError):
+        return False
+    return v.get("sha256") == sha256 and [v.get("size"), v.get("mtime_ns"), v.get("ino")] == \
+        list(_stat_key(str(model)))
 
 
 def _check_inputs(model_path: str, layout: dict, limits: Limits, mechanism: str = "none") -> None:

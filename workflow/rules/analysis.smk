@@ -50,8 +50,24 @@ rule findings:
         "../scripts/findings.py"
 
 
+rule verify_models:
+    input:
+        # after the study's last run: runs check a model's identity, this reads its bytes
+        records=records_with_reruns,
+        infos=expand("results/models/{model}.json", model=RUN_MODELS),
+    output:
+        "results/analysis/models_verified.json",
+    log:
+        "logs/verify_models.log",
+    conda:
+        "../../envs/pipeline.yaml"
+    script:
+        "../scripts/verify_models.py"
+
+
 rule final:
     input:
+        verified=rules.verify_models.output[0],
         results=rules.findings.output.results,
         tables=rules.findings.output.tables,
         plots=rules.findings.output.plots,

@@ -70,6 +70,7 @@ MEASUREMENT_RESOURCES = {
 localrules:
     all,
     layout,
+    verify_models,
     runs_table,
     flag_repeats,
     findings,
