@@ -2,6 +2,7 @@
 window (warm-up tokens, measured tokens) is chosen from (docs/benchmarks.md, "Settling").
 
     .venv/bin/python benchmarks/settling.py OUT [--tokens 96] [--repeats 2]
+    .venv/bin/python benchmarks/settling.py OUT --analyse   # the curves, the window, its table
 
 Runs, with the pipeline's own supervisor and worker, each configuration named in CONFIGS under
 each regime of config/experiments.yaml, cold, in a fresh cgroup with the profile's limits and
@@ -54,13 +55,102 @@ def specs(config: dict, tokens: int) -> list:
     return out
 
 
+def load(out: Path) -> dict:
+    """(profile, configuration) -> list of each finished repeat's generated-token rows."""
+    import pandas as pd
+
+    curves: dict = {}
+    for rec in sorted(out.glob("*/rep*/run.json")):
+        tok = pd.read_csv(rec.parent / "tokens.csv")
+        gen = tok[tok.phase == "gen"].reset_index(drop=True)
+        rid = rec.parent.parent.name
+        config, profile = rid.split("@")
+        curves.setdefault((profile, config), []).append(gen)
+    return curves
+
+
+def analyse(out: Path) -> None:
+    """The settling curves (a plot beside the runs), the window chosen per regime and for both,
+    and each configuration's figure over it: printed as Markdown for docs/benchmarks.md."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from harness.analysis import steady
+
+    curves = load(out)
+    profiles = sorted({p for p, _ in curves})
+    fig, axes = plt.subplots(2, len(profiles), figsize=(6 * len(profiles), 7), squeeze=False)
+    for j, profile in enumerate(profiles):
+        for (p, config), gens in sorted(curves.items()):
+            if p != profile:
+                continue
+            for k, g in enumerate(gens):
+                kw = {"label": config if k == 0 else None, "alpha": 0.8}
+                line = axes[0][j].plot(g["index"], g.wall_s, lw=1, **kw)[0]
+                axes[1][j].plot(g["index"], g.cgroup_read_bytes / 1e6, lw=1,
+                                color=line.get_color(), alpha=0.8)
+        axes[0][j].set_title(f"{profile}: wall time per generated token")
+        axes[0][j].set_ylabel("s")
+        axes[1][j].set_title(f"{profile}: bytes the run's cgroup read per token")
+        axes[1][j].set_ylabel("MB")
+        axes[1][j].set_xlabel("generated token (0: the first)")
+        axes[0][j].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "settling.png", dpi=100)
+    print(f"![settling curves]({out.name}/settling.png)\n")
+    max_tokens = min(len(g) for gens in curves.values() for g in gens)
+    chosen = {}
+    for scope in [*profiles, "both"]:
+        sel = {f"{c}@{p}": [g.wall_s.to_numpy() for g in gens] for (p, c), gens in curves.items()
+               if scope in ("both", p)}
+        window, table = steady.choose_window(sel, max_tokens)
+        chosen[scope] = window
+        print(f"- {scope}: " + (f"warm-up {window.warmup} tokens after the first, measure "
+                                f"{window.length} (a run decodes {window.tokens + 1})"
+                                if window else "no window of these runs' length moves by less "
+                                f"than {steady.DOUBLING_TOLERANCE:.0%} when doubled"))
+        if scope == "both":
+            for length in (5, 8, 16, 24, 32, 40):
+                sub = table[table.length == length]
+                if len(sub):
+                    best = sub.sort_values("worst_change").iloc[0]
+                    print(f"  - measuring {length}: the least worst change "
+                          f"{best.worst_change:.1%} (warm-up {int(best.warmup)}, worst "
+                          f"{best.worst})")
+    window = chosen.get("both")
+    print("\n| regime | configuration | repeat | tokens 1-5 tok/s | "
+          + (f"window tok/s ({window.warmup + 1}-{window.tokens}) | doubled | drift |"
+             if window else "") + " MB read/token in window |")
+    print("|---|---|---|---|" + ("---|---|---|" if window else "") + "---|")
+    for (p, c), gens in sorted(curves.items()):
+        for k, g in enumerate(gens, 1):
+            w = g.wall_s.to_numpy()
+            row = f"| {p} | {c} | {k} | {steady.window_rate(w, 1, 5):.3f} |"
+            if window:
+                d = steady.drift(w[window.warmup:window.tokens])
+                row += (f" {steady.window_rate(w, window.warmup, window.length):.3f} | "
+                        f"{steady.doubling_change(w, window.warmup, window.length):.1%} | "
+                        f"{d.change:+.0%} ({d.low:+.0%} to {d.high:+.0%}) |")
+                mb = g.cgroup_read_bytes.to_numpy()[window.warmup:window.tokens]
+            else:
+                mb = g.cgroup_read_bytes.to_numpy()[1:]
+            print(row + f" {np.mean(mb) / 1e6:.1f} |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--config", type=Path, default=ROOT / "config/experiments.yaml")
+    ap.add_argument("--analyse", action="store_true", help="analyse the finished runs in OUT")
     a = ap.parse_args()
+    if a.analyse:
+        analyse(a.out)
+        return 0
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
     config = yaml.safe_load(a.config.read_text())
     manifest = json.loads((ROOT / "results/build/llama.json").read_text())

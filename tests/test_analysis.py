@@ -202,3 +202,56 @@ def test_every_table_naming_a_run_measured_without_limits_marks_it(tmp_path):
     assert "limits_enforced" in (tmp_path / "tables/any.csv").read_text()
     plain = w.table("ceilings", pd.DataFrame({"sample": [0], "mb_per_s": [150.0]}), "rule")
     assert "limits_enforced" not in plain  # a table of no run is left as it is
+
+
+def _fewest_misses(requests: list[set], size: int) -> int:
+    """Brute force: every start of at most `size` keys and, at each miss, every choice (keep
+    the key out, or take it in evicting any one): the fewest misses of any policy."""
+    import functools
+    import itertools
+
+    flat = [e for s in requests for e in sorted(s)]
+    keys = sorted(set(flat))
+
+    @functools.lru_cache(maxsize=None)
+    def best(i: int, cache: frozenset) -> int:
+        if i == len(flat):
+            return 0
+        e = flat[i]
+        if e in cache:
+            return best(i + 1, cache)
+        options = [best(i + 1, cache)]  # bypass
+        if len(cache) < size:
+            options.append(best(i + 1, cache | {e}))
+        else:
+            options += [best(i + 1, (cache - {v}) | {e}) for v in cache]
+        return 1 + min(options)
+
+    starts = [frozenset(c) for n in range(size + 1) for c in itertools.combinations(keys, n)]
+    return min(best(0, s) for s in starts)
+
+
+def test_the_window_floor_is_the_fewest_misses_any_cache_could_have_from_its_best_start():
+    import random
+
+    rng = random.Random(5)
+    for trial in range(60):
+        n_keys, size = rng.randint(2, 6), rng.randint(0, 3)
+        requests = [set(rng.sample(range(n_keys), rng.randint(1, min(2, n_keys))))
+                    for _ in range(rng.randint(1, 6))]
+        assert metrics.belady_misses_best_start(requests, size) == \
+            _fewest_misses(requests, size), (trial, requests, size)
+
+
+def test_the_window_floor_reads_only_the_windows_tokens_at_the_smallest_slab():
+    # two layers, slabs of 10 and 12 bytes; tokens at positions 5, 6, 7 route layer 0 to
+    # experts 1, 2, 1 and layer 1 to 3, 3, 3
+    rows = [(t, 0, e) for t, e in ((5, 1), (6, 2), (7, 1))] + [(t, 1, 3) for t in (5, 6, 7)]
+    ex = pd.DataFrame(rows, columns=["token", "layer", "expert"]).assign(rank=0)
+    slab = {0: 10, 1: 12}
+    # room for 3 slabs of the smallest size: everything fits from the best start
+    assert metrics.window_floor_bytes(ex, slab, 30, [5, 6, 7]) == 0
+    # room for 1: (0,1) (1,3) (0,2) (1,3) (0,1) (1,3) from a start holding (0,1): 5 misses
+    assert metrics.window_floor_bytes(ex, slab, 10, [5, 6, 7]) == 5 * 10
+    # the window only: positions 6 and 7 with room for 1 (start (0,2)): 3 misses
+    assert metrics.window_floor_bytes(ex, slab, 10, [6, 7]) == 3 * 10

@@ -388,6 +388,42 @@ def read_path_of(run) -> str:
     return read_path(run["mechanism"], {"lookahead_base": base} if isinstance(base, str) else None)
 
 
+def belady_misses_best_start(requests: list[set], size: int) -> int:
+    """The fewest misses any cache of `size` entries can have on these steps of requested keys,
+    its contents at the start chosen as well as possible: Belady's rule from a cache holding the
+    `size` keys first requested earliest (which is where Belady would be had it seen them
+    before). tests/test_analysis.py checks it against every policy and start on tiny traces."""
+    if size <= 0:
+        return sum(len(s) for s in requests)
+    first_use: dict = {}
+    for t, s in enumerate(requests):
+        for e in sorted(s):
+            first_use.setdefault(e, t)
+    start = sorted(first_use, key=first_use.get)[:size]
+    # the start state as requests Belady has already served (its misses there are free)
+    warm = [set(start)]
+    res = belady_hits(warm + list(requests), size)
+    return sum(1 for t, _, hit in res if t >= 1 and not hit)
+
+
+def window_floor_bytes(experts: pd.DataFrame, slab_bytes: dict[int, int], cache_bytes: float,
+                       positions) -> float:
+    """Bytes that any run must read over the routing of the decodes at `positions` (the measured
+    window's tokens, by sequence position), with a cache of `cache_bytes` (the RAM budget less
+    the non-expert tensors) started with the best possible contents: a floor that needs no
+    credit for what was resident. Slabs of unequal size (some layers carry other quant types)
+    are bounded by the smallest: a cache of C bytes holds at most C / smallest slabs, so no
+    policy misses fewer slabs than Belady with that many, and each miss reads at least the
+    smallest slab."""
+    if experts.empty or not slab_bytes:
+        return float("nan")
+    sel = experts[experts.token.isin(set(positions))]
+    smallest = min(slab_bytes.values())
+    steps = [{(int(layer), int(e)) for e in g.expert}
+             for (_, layer), g in sel.groupby(["token", "layer"], sort=True)]
+    return float(belady_misses_best_start(steps, int(max(0, cache_bytes) // smallest)) * smallest)
+
+
 def kernel_cpu_per_byte(runs: pd.DataFrame) -> pd.Series:
     """Per read path (harness.run.mechanisms.read_path), the least kernel CPU seconds any ok run of it
     spent per byte its cgroup read: the decoding thread's kernel time per steady token over the

@@ -1,0 +1,108 @@
+"""A run's steady window: how many generated tokens to leave out as warm-up and how many to
+measure, chosen from long decodes (benchmarks/settling.py, docs/benchmarks.md), and whether a
+run's window was steady (its per-token time had no trend beyond a stated bound).
+
+Tokens are counted from the first generated token (index 0, what tokens.csv calls `index`); the
+prompt's decode is never in a window."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+# a window is long enough when its figure moves by less than this when the window is doubled
+DOUBLING_TOLERANCE = 0.03
+# a run's window is not steady when its per-token time drifts by more than this over the window
+# (the fitted line's change from the window's first token to its last, over its mean), and the
+# drift's 90% interval excludes none
+DRIFT_BOUND = 0.15
+
+
+def window_rate(wall_s, start: int, length: int) -> float:
+    """Tokens per second over generated tokens [start, start + length) (index 0 is the first
+    generated token); nan when the run has fewer."""
+    w = np.asarray(wall_s, float)[start:start + length]
+    return length / float(w.sum()) if len(w) == length and w.sum() > 0 else float("nan")
+
+
+def doubling_change(wall_s, start: int, length: int) -> float:
+    """|rate over [start, start + 2 length) / rate over [start, start + length) - 1|: how far a
+    window's figure moves when it is made twice as long."""
+    a, b = window_rate(wall_s, start, length), window_rate(wall_s, start, 2 * length)
+    return abs(b / a - 1) if a == a and b == b else float("nan")
+
+
+@dataclass(frozen=True)
+class Window:
+    warmup: int  # generated tokens left out after the first one (index 0 .. warmup-1)
+    length: int  # generated tokens measured
+
+    @property
+    def tokens(self) -> int:
+        """Generated tokens a run needs for it."""
+        return self.warmup + self.length
+
+
+def choose_window(curves: dict[str, list], max_tokens: int,
+                  tolerance: float = DOUBLING_TOLERANCE) -> tuple[Window | None, pd.DataFrame]:
+    """The shortest window (fewest tokens: warm-up plus measured) whose figure moves by less than
+    `tolerance` when doubled, for every configuration: `curves` maps a configuration to its
+    runs' per-generated-token wall times; a configuration's change is the median over its runs.
+    Returns the window (None if no window of the runs' length qualifies) and the table of every
+    candidate (warmup, length, the largest configuration's change, which one)."""
+    rows = []
+    for warmup in range(1, max_tokens):
+        for length in range(2, (max_tokens - warmup) // 2 + 1):
+            changes = {name: float(np.nanmedian([doubling_change(r, warmup, length) for r in runs]))
+                       for name, runs in curves.items()}
+            worst = max(changes, key=lambda k: -1 if math.isnan(changes[k]) else changes[k])
+            rows.append({"warmup": warmup, "length": length, "tokens": warmup + 2 * length,
+                         "worst_change": changes[worst], "worst": worst})
+    table = pd.DataFrame(rows)
+    ok = table[table.worst_change < tolerance]
+    if ok.empty:
+        return None, table
+    # the fewest tokens a run must decode: warm-up plus the measured window (not its double)
+    best = ok.assign(run_tokens=ok.warmup + ok.length).sort_values(
+        ["run_tokens", "worst_change"]).iloc[0]
+    return Window(int(best.warmup), int(best.length)), table
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The trend of per-token time over a window: the fitted line's change across the window
+    over its mean time, with a 90% interval, and whether it makes the window unsteady."""
+
+    change: float
+    low: float
+    high: float
+    steady: bool
+
+    @property
+    def why(self) -> str:
+        return "" if self.steady else (
+            f"per-token time drifts {self.change:+.0%} across the window (90% CI "
+            f"{self.low:+.0%} to {self.high:+.0%}), beyond +-{DRIFT_BOUND:.0%}")
+
+
+def drift(wall_s, bound: float = DRIFT_BOUND) -> Drift:
+    """Least-squares line through the window's per-token times. Unsteady when the change it
+    fits across the window is beyond `bound` and its 90% interval excludes no change: a large
+    trend the window's own noise cannot explain. Too few tokens to fit: steady, unjudged."""
+    from scipy import stats as sps
+
+    y = np.asarray(wall_s, float)
+    n = len(y)
+    if n < 3 or not np.all(np.isfinite(y)) or y.mean() <= 0:
+        return Drift(float("nan"), float("nan"), float("nan"), True)
+    x = np.arange(n, dtype=float)
+    fit = sps.linregress(x, y)
+    span = (n - 1) / y.mean()
+    t = sps.t.ppf(0.95, n - 2)
+    change = fit.slope * span
+    low, high = (fit.slope - t * fit.stderr) * span, (fit.slope + t * fit.stderr) * span
+    unsteady = abs(change) > bound and (low > 0 or high < 0)
+    return Drift(float(change), float(low), float(high), not unsteady)

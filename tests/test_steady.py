@@ -1,0 +1,44 @@
+"""The steady window: chosen from settling curves so its figure moves by less than 3% when
+doubled, and each run's window judged steady or not by its trend (each way)."""
+
+import numpy as np
+
+from harness.analysis import steady
+
+
+def test_window_rate_and_its_change_when_doubled():
+    wall = [5.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]
+    assert steady.window_rate(wall, 1, 4) == 4 / 4.0
+    assert steady.window_rate(wall, 1, 8) == 8 / 12.0
+    assert abs(steady.doubling_change(wall, 1, 4) - (1 - (8 / 12.0))) < 1e-12
+    assert np.isnan(steady.window_rate(wall, 5, 8))  # past the run's tokens
+
+
+def test_the_window_chosen_is_past_the_settling_and_long_enough():
+    rng = np.random.default_rng(3)
+    # a configuration that settles after 10 tokens (slow, then flat with 1% noise), and one flat
+    settling = [np.r_[np.linspace(3.0, 1.0, 10), 1.0 + 0.01 * rng.standard_normal(86)]
+                for _ in range(2)]
+    flat = [2.0 + 0.02 * rng.standard_normal(96) for _ in range(2)]
+    window, table = steady.choose_window({"settles": settling, "flat": flat}, 96)
+    assert window is not None and window.warmup >= 8
+    for runs in (settling, flat):
+        for r in runs:
+            assert steady.doubling_change(r, window.warmup, window.length) < 0.03
+    # nothing that settles within the runs: no window
+    drifting = [np.linspace(1.0, 4.0, 96) for _ in range(2)]
+    assert steady.choose_window({"drifts": drifting}, 96)[0] is None
+    assert len(table) > 100
+
+
+def test_a_drifting_window_is_not_steady_and_a_flat_one_is():
+    rng = np.random.default_rng(1)
+    flat = 1.0 + 0.05 * rng.standard_normal(24)
+    rising = np.linspace(1.0, 1.6, 24) + 0.02 * rng.standard_normal(24)
+    assert steady.drift(flat).steady and steady.drift(flat).why == ""
+    d = steady.drift(rising)
+    assert not d.steady and d.change > 0.4 and "drifts" in d.why
+    # beyond the bound but noisy: its interval includes no change, so it is not called a trend
+    noisy = steady.drift([1.0, 1.9, 0.6, 2.2, 0.9, 1.6])
+    assert noisy.change > steady.DRIFT_BOUND and noisy.low < 0 < noisy.high and noisy.steady
+    assert steady.drift([1.0, 2.0]).steady  # too few tokens to judge
