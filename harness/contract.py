@@ -30,6 +30,10 @@ class Status(str, enum.Enum):
         return cls.FAILED
 
 
+LOADED, THROTTLED = "loaded", "throttled"  # the gate's two files in the worker's out_dir
+GATE_WAIT_S = 120.0  # the worker gives up on a supervisor that never opens the gate
+
+
 @dataclass(frozen=True)
 class WorkerParams:
     out_dir: str  # where the worker streams its .part files and writes worker.json
@@ -55,6 +59,10 @@ class WorkerParams:
     hook_ab: bool = False
     # where the per-token attribution's counters are (harness.run.attribution.CounterFiles as a dict)
     counters: dict = field(default_factory=dict)
+    # True: after the load (and the mechanism's and context's setup), write out_dir/LOADED and
+    # wait for out_dir/THROTTLED before the prompt: the supervisor applies the disk throttle
+    # between the two, so the load reads unthrottled and every decode is throttled
+    throttle_gate: bool = False
 
     def write(self, path: Path) -> None:
         Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=2))

@@ -659,3 +659,27 @@ def test_a_dense_model_under_a_prefetch_mechanism_is_refused_before_anything_run
     with pytest.raises(supervise.RunFailed, match="is dense .*madvise prefetches experts"):
         run(manifest, dense, tmp_path / "out", spec("madvise"))
     assert not (tmp_path / "out").exists()
+
+
+def test_the_load_reads_unthrottled_and_every_decode_is_throttled(manifest, tiny_models, tmp_path):
+    """The read throttle is applied between the load and the prompt: the load reads the cold
+    model faster than the throttle would let it, and from the first decode on the cgroup reads
+    no faster than the throttle (the experts paged out after the load, so decoding reads them
+    again)."""
+    if cgroup_version() is None:
+        pytest.skip("no cgroup hierarchy")
+    model = tiny_models["olmoe-tiny-Q4_K_M"]
+    throttle = 1_000_000  # bytes/s: the tiny model's load (~15 MB) would take seconds under it
+    rec = run(manifest, model, tmp_path, spec("none", tokens=6, evict_after_load=True),
+              limits=Limits(read_bps=throttle, read_ahead_kb=0, device_path=model["gguf"]))
+    assert rec.status == "ok"
+    assert rec.limits_in_force["read_bps"] == throttle
+    assert "first decode" in rec.limits_in_force["disk_throttle_from"]
+    m = rec.summary.model_moments
+    load_read = m["after_load"]["cgroup_read_bytes"] - m["before_load"]["cgroup_read_bytes"]
+    assert load_read > 0.5 * os.path.getsize(model["gguf"])  # the load read the model ...
+    assert load_read / rec.summary.load_s > 3 * throttle  # ... unthrottled
+    tok = pd.read_csv(tmp_path / "tokens.csv")
+    decode_read = tok.cgroup_read_bytes.sum()
+    assert decode_read > 2 * throttle  # enough bytes that the throttle decides the time
+    assert decode_read / tok.wall_s.sum() < 1.3 * throttle

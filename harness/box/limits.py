@@ -122,6 +122,9 @@ class RunCgroup:
     in_force: dict = field(default_factory=dict)
     name: str = ""
     readahead: DeviceReadahead | None = None
+    # True: open() applies every limit but the disk throttle, which apply_disk_throttle() adds
+    # (a run's model load reads unthrottled; its decode is throttled from the first token)
+    defer_disk_throttle: bool = False
     _restored: list = field(default_factory=list, repr=False)
     version: ClassVar[int | None] = None
 
@@ -155,6 +158,16 @@ class RunCgroup:
         if others:
             self.in_force["restored_other_devices"] = others
         return self
+
+    def apply_disk_throttle(self) -> None:
+        """The read and write throttles a deferred cgroup left out at open(): from now on."""
+        if self.defer_disk_throttle and self.dirs:
+            self._throttle_disk()
+            if any(getattr(self.limits, k) is not None for k in ("read_bps", "write_bps")):
+                self.in_force["disk_throttle_from"] = "the first decode (the load read unthrottled)"
+
+    def _throttle_disk(self) -> None:
+        """Write the read and write throttles (each hierarchy its own way)."""
 
     def _disk_limits_without_a_disk(self) -> dict:
         """A file off any block device (tmpfs, overlayfs) keeps the limits that still apply (the
@@ -328,13 +341,9 @@ class CgroupV1(RunCgroup):
             self.in_force["ram_bytes"] = int((mem / "memory.limit_in_bytes").read_text())
             with contextlib.suppress(OSError):  # no swap here, but never let it hide the budget
                 (mem / "memory.swappiness").write_text("0")
-        blk = self._mk(CGROOT / "blkio")
-        self.dirs["blkio"] = blk
-        for key, name in (("read_bps", "read_bps_device"), ("write_bps", "write_bps_device")):
-            if getattr(lim, key) is not None:
-                (blk / f"blkio.throttle.{name}").write_text(f"{lim.device} {getattr(lim, key)}")
-                self.in_force[key] = getattr(lim, key)
-                self.in_force["device"] = lim.device
+        self.dirs["blkio"] = self._mk(CGROOT / "blkio")
+        if not self.defer_disk_throttle:
+            self._throttle_disk()
         if lim.cpu_quota is not None:
             cpu = self._mk(CGROOT / "cpu")
             self.dirs["cpu"] = cpu
@@ -351,6 +360,14 @@ class CgroupV1(RunCgroup):
             with contextlib.suppress(OSError):
                 self.dirs["unified"] = self._mk(CGROOT / "unified")
         self.in_force["cgroup"] = "v1"
+
+    def _throttle_disk(self) -> None:
+        lim, blk = self.limits, self.dirs["blkio"]
+        for key, name in (("read_bps", "read_bps_device"), ("write_bps", "write_bps_device")):
+            if getattr(lim, key) is not None:
+                (blk / f"blkio.throttle.{name}").write_text(f"{lim.device} {getattr(lim, key)}")
+                self.in_force[key] = getattr(lim, key)
+                self.in_force["device"] = lim.device
 
 
 class CgroupV2(RunCgroup):
@@ -375,17 +392,22 @@ class CgroupV2(RunCgroup):
             (d / "memory.max").write_text(str(lim.ram_bytes))
             (d / "memory.swap.max").write_text("0") if (d / "memory.swap.max").exists() else None
             self.in_force["ram_bytes"] = lim.ram_bytes
-        caps = [f"{k}={getattr(lim, key)}" for k, key in (("rbps", "read_bps"), ("wbps", "write_bps"))
-                if getattr(lim, key) is not None]
-        if caps:
-            (d / "io.max").write_text(f"{lim.device} {' '.join(caps)}")
-            self.in_force.update(read_bps=lim.read_bps, write_bps=lim.write_bps, device=lim.device)
+        if not self.defer_disk_throttle:
+            self._throttle_disk()
         if lim.cpu_quota is not None:
             (d / "cpu.max").write_text(f"{round(lim.cpu_quota * CPU_PERIOD_US)} {CPU_PERIOD_US}")
             quota, period = (d / "cpu.max").read_text().split()
             self.in_force["cpu_quota"] = int(quota) / int(period)
             self.in_force["cpu_quota_us_per_period"] = [int(quota), int(period)]
         self.in_force["cgroup"] = "v2"
+
+    def _throttle_disk(self) -> None:
+        lim = self.limits
+        caps = [f"{k}={getattr(lim, key)}" for k, key in (("rbps", "read_bps"), ("wbps", "write_bps"))
+                if getattr(lim, key) is not None]
+        if caps:
+            (self.dirs["unified"] / "io.max").write_text(f"{lim.device} {' '.join(caps)}")
+            self.in_force.update(read_bps=lim.read_bps, write_bps=lim.write_bps, device=lim.device)
 
 
 def read_io_bytes(io_stat_file: str | HeldFile | None) -> dict:
@@ -410,7 +432,8 @@ def read_io_bytes(io_stat_file: str | HeldFile | None) -> dict:
             "write": sum(int(f[2]) for f in rows if f[1] == "Write")}
 
 
-def run_cgroup(limits: Limits) -> RunCgroup:
+def run_cgroup(limits: Limits, *, defer_disk_throttle: bool = False) -> RunCgroup:
     """The cgroup of one measurement, of this machine's hierarchy (BenchExec's `initialize()`):
     CgroupV1 or CgroupV2, or the base class where there is none (it can only run unenforced)."""
-    return {1: CgroupV1, 2: CgroupV2}.get(cgroup_version(), RunCgroup)(limits)
+    cls = {1: CgroupV1, 2: CgroupV2}.get(cgroup_version(), RunCgroup)
+    return cls(limits, defer_disk_throttle=defer_disk_throttle)

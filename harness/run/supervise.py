@@ -27,7 +27,7 @@ from harness import libc, parameters
 from harness.box import measurelock, pagecache
 from harness import record as run_record
 from harness.box.conditions import BoxRecord
-from harness.contract import Status, WorkerParams
+from harness.contract import LOADED, THROTTLED, Status, WorkerParams
 from harness.box.limits import Limits, RunCgroup, run_cgroup
 from harness.box.identity import machine_info
 from harness.run.mechanisms import REGISTRY, writes_model
@@ -92,20 +92,30 @@ def _finalize_csv(part: Path, dst: Path, header: str) -> int:
     return len(lines) - 1
 
 
-def _wait_with_progress(proc, worker_log: Path, time_limit_s, watch_pid: int | None = None
-                        ) -> tuple[int, bool]:
+def _wait_with_progress(proc, worker_log: Path, time_limit_s, watch_pid: int | None = None,
+                        gate=None) -> tuple[int, bool]:
     """Wait for the worker, relaying its progress lines (tokens done, tok/s so far) to our log,
     and SIGKILL it past the time limit. Returns (exit code, timed out). Raises Interrupted when
     `watch_pid` (the pipeline that started the run) is gone: a measurement nobody will read must
-    not go on beside the next one."""
+    not go on beside the next one. `gate`: (the worker's out dir, what to do when its load is
+    done) for a worker that waits at the throttle gate (contract.WorkerParams.throttle_gate);
+    until it opens the worker is polled every few ms, so the gate costs the run no time."""
     deadline = time.monotonic() + time_limit_s if time_limit_s else None
     pos = 0
+    next_relay = time.monotonic()
     while True:
+        if gate is not None and (gate[0] / LOADED).exists():
+            gate[1]()
+            (gate[0] / THROTTLED).write_text("")
+            gate = None
         try:
-            rc = proc.wait(timeout=2.0)
+            rc = proc.wait(timeout=2.0 if gate is None else 0.005)
             break
         except subprocess.TimeoutExpired:
             rc = None
+        if time.monotonic() < next_relay:
+            continue
+        next_relay = time.monotonic() + 2.0
         with open(worker_log, errors="replace") as f:
             f.seek(pos)
             chunk = f.read()
@@ -152,7 +162,9 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
             stale.unlink(missing_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f".work-{owner_tag()}-", dir=out))
         scratch = None
-        cg = run_cgroup(limits)
+        # the model loads unthrottled (the RAM budget in force); the disk throttle applies from
+        # the first decode: the load through a 150 MB/s throttle was a quarter of a study's time
+        cg = run_cgroup(limits, defer_disk_throttle=True)
         record = {"run_id": spec["run_id"], "spec": spec, "status": None,
                   "model_check": record_check}
         try:
@@ -175,6 +187,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
                 cgroup_io_stat=cg.io_stat_file,
                 hook=spec.get("hook", "native"), hook_lib=build.get("hook_lib"),
                 hook_ab=spec.get("hook_ab", False), counters=cg.counter_files().as_dict(),
+                throttle_gate=True,
             ).write(work / "params.json")
             record.update(start_utc=utcnow(), residency_before=res_before,
                           residency_at_start=res_after_evict, scratch_copy=scratch is not None)
@@ -289,7 +302,8 @@ def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, watch_pid=No
                                 stdout=wlog, stderr=subprocess.STDOUT, env=env,
                                 preexec_fn=_worker_preexec(cg))
         try:
-            rc, timed_out = _wait_with_progress(proc, work / "worker.log", time_limit_s, watch_pid)
+            rc, timed_out = _wait_with_progress(proc, work / "worker.log", time_limit_s, watch_pid,
+                                                gate=(work, cg.apply_disk_throttle))
         except BaseException:
             proc.kill()
             proc.wait()

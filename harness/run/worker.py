@@ -24,7 +24,7 @@ from harness.run import attribution
 from harness import libc, record
 from harness.box import pagecache
 from harness.run import mechanisms as mech
-from harness.contract import WorkerParams
+from harness.contract import GATE_WAIT_S, LOADED, THROTTLED, WorkerParams
 from harness.models.layout import Layout
 from harness.box.conditions import HeldFile, read_value
 from harness.box.limits import read_io_bytes
@@ -463,9 +463,22 @@ class Worker:
         self.tokens_part = self._open("tokens.csv.part", TOKEN_FIELDS, 1)
         self.mech_part = (self._open("mechanism.csv.part", self.mechanism.row_fields, 1 << 16)
                           if self.mechanism.row_fields else None)
+        if p.throttle_gate:
+            self.wait_for_throttle()
         # what the first decode sees: llama.cpp's load maps the file with MAP_POPULATE and
         # POSIX_MADV_WILLNEED, so part of the model is cached before any token
         self.moments["before_first_decode"] = model_moment(p.model_path, p.cgroup_io_stat)
+
+    def wait_for_throttle(self) -> None:
+        """Tell the supervisor the load is done and wait until it has applied the disk throttle
+        (contract.WorkerParams.throttle_gate)."""
+        (self.out / LOADED).write_text(str(self.load_s))
+        deadline = time.monotonic() + GATE_WAIT_S
+        while not (self.out / THROTTLED).exists():
+            if time.monotonic() > deadline:
+                raise WorkerError(f"the supervisor did not apply the disk throttle within "
+                                  f"{GATE_WAIT_S:.0f} s of the load")
+            time.sleep(0.002)
 
     def _install_hook(self, cp) -> None:
         """Point the context's eval callback at the hook, as WorkerParams.hook says."""
