@@ -108,8 +108,8 @@ def analyse(out: Path) -> None:
                if scope in ("both", p)}
         window, table = steady.choose_window(sel, max_tokens)
         chosen[scope] = window
-        print(f"- {scope}: " + (f"warm-up {window.warmup} tokens after the first, measure "
-                                f"{window.length} (a run decodes {window.tokens + 1})"
+        print(f"- {scope}: " + (f"warm-up {window.warmup} tokens (the first among them), measure "
+                                f"{window.length} (a run decodes {window.tokens})"
                                 if window else "no window of these runs' length moves by less "
                                 f"than {steady.DOUBLING_TOLERANCE:.0%} when doubled"))
         if scope == "both":

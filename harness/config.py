@@ -168,6 +168,9 @@ def check_run_values(config: dict, entry: str, vals: dict) -> None:
     except UnicodeError:
         raise ConfigError(f"{where}.prompt: {vals['prompt']!r} is not text the tokenizer can take "
                           "(a lone surrogate or a NUL character)") from None
+    if vals["tokens"] <= vals["warmup_tokens"]:
+        raise ConfigError(f"{where}.tokens: {vals['tokens']} leaves no measured window after "
+                          f"warmup_tokens: {vals['warmup_tokens']} (tokens must be more)")
     cpus = usable_cpus()
     if cpus and not _measured_elsewhere(config) and vals["threads"] > cpus:
         raise ConfigError(f"{where}.threads: {vals['threads']} is more than the {cpus} CPUs this "

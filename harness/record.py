@@ -370,6 +370,14 @@ TOKEN_COLUMNS = (
 TOKEN_FIELDS = [c.name for c in TOKEN_COLUMNS]
 
 
+def measured_window(gen, warmup: int = 1):
+    """The generated-token rows (tokens.csv, phase `gen`) of a run's measured window: those after
+    its `warmup` first ones (the run's warmup_tokens); a run that ended before its window keeps
+    its last token. Every steady figure (tok/s, attribution, latency) is over these rows."""
+    warmup = max(0, int(warmup))
+    return gen.iloc[warmup:] if len(gen) > warmup else gen.iloc[-1:]
+
+
 # --- runs.csv ---------------------------------------------------------------------------------
 
 
@@ -381,8 +389,8 @@ class RunColumn:
     source: str  # where the value comes from: run.json, tokens.csv, mechanism.csv, or analysis
 
 
-# per steady token: the generated tokens after the first (the first is `first_token_s`)
-_STEADY = "tokens.csv, steady tokens"
+# per steady token: the measured window's tokens (after the run's warmup_tokens)
+_STEADY = "tokens.csv, measured window"
 # per generated token: every generated token, the first included
 _GEN = "tokens.csv, generated tokens"
 
@@ -412,6 +420,14 @@ RUN_COLUMNS: tuple[RunColumn, ...] = (
               "decode time", _STEADY),
     RunColumn("mean_median_gap", "fraction", "|mean / median - 1| of the steady tokens' times",
               _STEADY),
+    RunColumn("warmup_tok_per_s", "tok/s", "the warm-up's rate: the generated tokens before the "
+              "window, the first left out", "tokens.csv, warm-up tokens"),
+    RunColumn("window_drift", "fraction", "the per-token time's fitted change across the window "
+              "over its mean (harness.analysis.steady.drift)", _STEADY),
+    RunColumn("window_drift_low", "fraction", "its 90% interval's low end", _STEADY),
+    RunColumn("window_drift_high", "fraction", "its high end", _STEADY),
+    RunColumn("window_steady", "", "false: the drift is beyond +-15% and its interval excludes "
+              "none; the repeat is flagged like a disturbed one", _STEADY),
     RunColumn("run_wall_s", "s", "the measured process's wall time, load included", "run.json"),
     RunColumn("prompt_tok_per_s", "tok/s", "the prompt's batched decode", "tokens.csv, prompt"),
     RunColumn("majflt_per_token", "count", "major page faults", _GEN),
@@ -472,6 +488,10 @@ RUN_COLUMNS: tuple[RunColumn, ...] = (
               "run.json box"),
     RunColumn("decode_read_bytes_per_token", "bytes", "the cgroup's reads from the first decode on "
               "(the prompt's included), per generated token", "tokens.csv"),
+    RunColumn("window_read_bytes_per_token", "bytes", "the run cgroup's disk reads per token of "
+              "the measured window: what the window's floor bounds", _STEADY),
+    RunColumn("prompt_tokens", "tokens", "the prompt's tokens (the first generated token's "
+              "position in the routing trace)", "tokens.csv, prompt"),
     RunColumn("harness_s_per_token", "s", "the harness's own work between two decodes", _GEN),
     *(RunColumn(f"{part}_share", "fraction", f"{what}, as a share of the mean steady token",
                 _STEADY) for part, what in (

@@ -73,22 +73,6 @@ def test_summarize_keeps_runs_that_never_completed():
     assert s.loc["dead", "statuses"] == "killed: memory"
 
 
-def test_the_floor_reads_what_no_cache_of_that_size_could_keep_less_what_was_resident():
-    # one layer, slabs of 10 bytes; tokens 0 (prompt) .. 3 route {0,1}, {0,2}, {0,1}, {0,2}
-    rows = [(0, 0, 0, 0), (0, 0, 1, 1), (1, 0, 0, 0), (1, 0, 1, 2), (2, 0, 0, 0), (2, 0, 1, 1),
-            (3, 0, 0, 0), (3, 0, 1, 2)]
-    ex = trace(rows)
-    # room for all three slabs: each is read once, from the first decode on
-    assert metrics.floor_read_bytes(ex, {0: 10}, 30, resident_bytes=0) == pytest.approx(30)
-    # room for two: Belady keeps 0 and swaps the other each token: 0, 1, then one per token
-    assert metrics.floor_read_bytes(ex, {0: 10}, 20, resident_bytes=0) == pytest.approx(50)
-    # no room: every routed slab is read
-    assert metrics.floor_read_bytes(ex, {0: 10}, 0, resident_bytes=0) == pytest.approx(80)
-    # what was resident when decoding began saves at most one read of each of its bytes
-    assert metrics.floor_read_bytes(ex, {0: 10}, 30, resident_bytes=25) == pytest.approx(5)
-    assert metrics.floor_read_bytes(ex, {0: 10}, 30, resident_bytes=1e9) == 0.0
-
-
 def test_the_floor_bound_is_the_larger_part_with_overlap_and_their_sum_without():
     # 150 MB at 150 MB/s is 1 s of I/O; compute 0.5 s plus 150 MB x 2 ns/byte of kernel CPU on
     # one CPU: 0.8 s of CPU
@@ -121,23 +105,12 @@ def test_each_read_path_reads_at_the_fastest_rate_its_own_kind_reached():
 def test_a_run_that_beats_its_floor_is_a_bound_error_and_one_that_does_not_is_not():
     t = pd.DataFrame({"steady_tok_per_s": [0.9, 1.1, 0.5, 0.5],
                       "floor_perfect_overlap_tok_per_s": [1.0, 1.0, 1.0, 1.0],
-                      "decode_read_bytes_per_token": [2e6, 2e6, 0.5e6, None],
+                      "window_read_bytes_per_token": [2e6, 2e6, 0.5e6, None],
                       "floor_bytes_per_token": [1e6, 1e6, 1e6, 1e6]})
     assert list(metrics.bound_errors(t)) == [False, True, True, False]
     # a repeat flagged as disturbed is not judged; the others are, as before
     t["disturbed"] = [False, True, False, False]
     assert list(metrics.bound_errors(t)) == [False, False, True, False]
-
-
-def test_slabs_a_mechanism_holds_count_as_resident_at_decode_start():
-    # half of a 1000-byte model in the page cache, plus 300 bytes odirect-cache copied away
-    warm = pd.Series({"residency_decode_start": 0.5, "bytes_warm_start": 300.0})
-    assert metrics.resident_at_decode_start(warm, 1000) == pytest.approx(800.0)
-    # a mechanism with no warm start, and an older record without the column
-    assert metrics.resident_at_decode_start(
-        pd.Series({"residency_decode_start": 0.5, "bytes_warm_start": float("nan")}), 1000) == 500
-    assert metrics.resident_at_decode_start(pd.Series({"residency_decode_start": 0.25}), 1000) \
-        == 250
 
 
 def test_what_stands_in_the_way_is_the_largest_part_and_comes_out_each_way():

@@ -42,3 +42,28 @@ def test_a_drifting_window_is_not_steady_and_a_flat_one_is():
     noisy = steady.drift([1.0, 1.9, 0.6, 2.2, 0.9, 1.6])
     assert noisy.change > steady.DRIFT_BOUND and noisy.low < 0 < noisy.high and noisy.steady
     assert steady.drift([1.0, 2.0]).steady  # too few tokens to judge
+
+
+def test_a_run_whose_window_drifts_is_flagged_and_a_steady_one_is_not():
+    import pandas as pd
+
+    from harness.analysis import metrics
+
+    runs = pd.DataFrame({"window_steady": [True, False, "False", "True"]})  # as read from a CSV
+    reasons = list(metrics.flag_reason(runs))
+    assert reasons[0] == "" and reasons[3] == ""
+    assert all("window not steady" in r for r in (reasons[1], reasons[2]))
+
+
+def test_the_window_columns_of_a_run_come_from_its_own_warmup():
+    import pandas as pd
+
+    from harness.analysis import metrics
+
+    gen = pd.DataFrame({"wall_s": [9.0, 2.0, 2.0] + [1.0] * 8,
+                        "cgroup_read_bytes": [0, 5, 5] + [3] * 8})
+    assert metrics.steady_rate(gen, 3) == 1.0 and metrics.steady_rate(gen, 1) == 10 / 12.0
+    cols = metrics.window_columns(gen, 3)
+    assert cols["warmup_tok_per_s"] == 2 / 4.0  # tokens 2 and 3: the first is left out
+    assert cols["window_steady"] and abs(cols["window_drift"]) < 1e-9
+    assert metrics.window_read(gen, 3) == 3.0

@@ -58,15 +58,15 @@ def distance_to_limit(summ: pd.DataFrame, runs: pd.DataFrame, layouts: dict,
         ceiling = ceilings.moe_ceiling.get(s.model)
         compute_s = 1.0 / ceiling if ceiling else float("nan")
         cpus = min(float(quota), float(mine.threads.iloc[0])) if quota else float(mine.threads.iloc[0])
+        # the cache the RAM budget leaves once the always-needed tensors are in it
+        cache = budget - lay["non_expert_bytes"]
         per_run = []
         for _, r in mine.iterrows():
-            resident = metrics.resident_at_decode_start(r, lay["file_size"])
-            fb = (metrics.floor_read_bytes(ex, slab, budget, resident) / s.tokens
-                  if ex is not None else float("nan"))
+            fb = _window_floor(ex, slab, cache, r)
             per_run.append({"run_id": s.run_id, "repeat": r["repeat"],
                             "disturbed": bool(r.get("disturbed", False)),
                             "steady_tok_per_s": r.steady_tok_per_s,
-                            "decode_read_bytes_per_token": r.get("decode_read_bytes_per_token"),
+                            "window_read_bytes_per_token": r.get("window_read_bytes_per_token"),
                             "floor_bytes_per_token": fb,
                             **metrics.floor_bound(fb, io_bps, compute_s, cost, cpus)})
         pr = pd.DataFrame(per_run)
@@ -75,7 +75,7 @@ def distance_to_limit(summ: pd.DataFrame, runs: pd.DataFrame, layouts: dict,
         steady = mine.steady_tok_per_s.median()  # the findings' figure: the first token out
         row = {"run_id": s.run_id, "steady_tok_per_s_median": steady, "read_path": path,
                "io_mb_per_s": io_bps / 1e6,
-               "decode_read_bytes_per_token": pr.decode_read_bytes_per_token.median(),
+               "window_read_bytes_per_token": pr.window_read_bytes_per_token.median(),
                "floor_bytes_per_token": pr.floor_bytes_per_token.median(),
                "kernel_us_per_mb": cost * 1e12, "compute_s": compute_s,
                **{k: pr[k].median() for k in ("floor_io_s", "floor_cpu_s",
@@ -105,6 +105,20 @@ def distance_to_limit(summ: pd.DataFrame, runs: pd.DataFrame, layouts: dict,
     return Outcome(v, tables, notes)
 
 
+def _window_floor(trace: pd.DataFrame | None, slab: dict, cache_bytes: float, run) -> float:
+    """The bytes per window token any run must read over this run's measured window (its
+    tokens after warmup_tokens, by position in the routing trace): Belady from the best start
+    (harness.analysis.metrics.window_floor_bytes). nan without a trace or a window."""
+    warmup = int(run.get("warmup_tokens", 1) or 1)
+    done = int(run.get("tokens_completed") or 0)
+    n_prompt = run.get("prompt_tokens")
+    if trace is None or done <= warmup or n_prompt is None or n_prompt != n_prompt:
+        return float("nan")
+    first = int(n_prompt) + warmup
+    positions = range(first, int(n_prompt) + done)
+    return metrics.window_floor_bytes(trace, slab, cache_bytes, positions) / len(positions)
+
+
 def _best_note(model: str, best, mine: pd.DataFrame) -> str:
     """The best configuration of a model, its distance, and what stands in its way."""
     head = (f"Best configuration of `{model}`: `{best.run_id}`, "
@@ -119,12 +133,10 @@ def _best_note(model: str, best, mine: pd.DataFrame) -> str:
         ("cpu_wait", "waiting for a CPU")))
     text = (f"What stands in its way, from its attribution: {way['what']}, the largest part of its "
             f"mean steady token ({shares}).")
-    steady_bytes = mine.cgroup_read_bytes_per_token.median() \
-        if "cgroup_read_bytes_per_token" in mine else float("nan")
+    steady_bytes = best.window_read_bytes_per_token
     if way["part"] == "io_wait" and steady_bytes == steady_bytes and best.floor_bytes_per_token > 0:
-        text += (f" It reads {_sig(steady_bytes / 1e6)} MB a steady token where the floor's whole "
-                 f"decode (the prompt's reads included) averages "
-                 f"{_sig(best.floor_bytes_per_token / 1e6)} MB a generated token "
+        text += (f" It reads {_sig(steady_bytes / 1e6)} MB a token of its measured window where "
+                 f"the window's floor reads {_sig(best.floor_bytes_per_token / 1e6)} MB "
                  f"({_sig(steady_bytes / best.floor_bytes_per_token)}x): bytes a better cache or "
                  f"prediction would not read.")
     return head + text

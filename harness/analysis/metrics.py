@@ -42,9 +42,9 @@ def run_row(record_path: Path) -> dict:
         **{p.name: getattr(spec, p.name) for p in parameters.PARAMETERS},
         "status": rec.status, "tokens_completed": rec.tokens_completed,
         "tok_per_s": n / decode_s if n and decode_s > 0 else float("nan"),
-        # the run's figure: the first generated token excluded (it is first_token_s)
-        "steady_tok_per_s": steady_rate(gen),
-        "mean_median_gap": mean_median_gap(gen), "run_wall_s": rec.wall_s,
+        # the run's figure: its measured window, after the warm-up (the first token among it)
+        "steady_tok_per_s": steady_rate(gen, spec.warmup_tokens),
+        "mean_median_gap": mean_median_gap(gen, spec.warmup_tokens), "run_wall_s": rec.wall_s,
         "prompt_tok_per_s": prompt_rate(tok),
         "majflt_per_token": per("majflt"),
         "bytes_prefetched_per_token": per("bytes_prefetched"),
@@ -63,8 +63,12 @@ def run_row(record_path: Path) -> dict:
         "decode_read_bytes_per_token": (float(tok.cgroup_read_bytes.sum()) / n
                                         if "cgroup_read_bytes" in tok and n
                                         and (tok.cgroup_read_bytes >= 0).all() else float("nan")),
+        # the measured window's reads per window token: what the window's floor bounds
+        "window_read_bytes_per_token": window_read(gen, spec.warmup_tokens),
+        "prompt_tokens": int(tok[tok.phase == "prompt"].n_tokens.sum()),
         "harness_s_per_token": per("harness_s") if "harness_s" in gen else float("nan"),
-        **attribution.run_attribution(gen),
+        **attribution.run_attribution(gen, spec.warmup_tokens),
+        **window_columns(gen, spec.warmup_tokens),
         **prediction_columns(Path(record_path).parent / "mechanism.csv"),
         "start_utc": rec.start_utc, "end_utc": rec.end_utc,
         "record": str(record_path),
@@ -77,17 +81,38 @@ def run_row(record_path: Path) -> dict:
     return {k: row[k] for k in declared}
 
 
-def steady_rate(gen: pd.DataFrame) -> float:
-    """Generated tokens per second without the first generated token, which carries start-up work
-    whose size depends on the mechanism (1.35x the steady mean in the second reference run)."""
-    steady = gen.iloc[1:]
+def steady_rate(gen: pd.DataFrame, warmup: int = 1) -> float:
+    """Generated tokens per second over the measured window: without the warm-up tokens, the
+    first of which carries start-up work whose size depends on the mechanism (1.35x the steady
+    mean in the second reference run), and during which caches fill (docs/benchmarks.md)."""
+    steady = gen.iloc[warmup:]
     total = float(steady.wall_s.sum())
     return len(steady) / total if len(steady) and total > 0 else float("nan")
 
 
-def mean_median_gap(gen: pd.DataFrame) -> float:
-    """|mean / median - 1| of the steady tokens' times: large when a few tokens stalled."""
-    steady = gen.wall_s.iloc[1:]
+def window_read(gen: pd.DataFrame, warmup: int = 1) -> float:
+    """The run cgroup's disk reads per token of the measured window (nan where not counted)."""
+    w = gen.iloc[warmup:]
+    if "cgroup_read_bytes" not in w or w.empty or (w.cgroup_read_bytes < 0).any():
+        return float("nan")
+    return float(w.cgroup_read_bytes.sum()) / len(w)
+
+
+def window_columns(gen: pd.DataFrame, warmup: int = 1) -> dict:
+    """The warm-up's rate (the generated tokens before the window, the first left out) and the
+    window's drift (harness.analysis.steady.drift): whether the run's figure was steady."""
+    from harness.analysis import steady
+
+    w = gen.wall_s.iloc[1:warmup]
+    d = steady.drift(gen.wall_s.iloc[warmup:].to_numpy(float))
+    return {"warmup_tok_per_s": len(w) / float(w.sum()) if len(w) and w.sum() > 0 else float("nan"),
+            "window_drift": d.change, "window_drift_low": d.low, "window_drift_high": d.high,
+            "window_steady": d.steady}
+
+
+def mean_median_gap(gen: pd.DataFrame, warmup: int = 1) -> float:
+    """|mean / median - 1| of the window's tokens' times: large when a few tokens stalled."""
+    steady = gen.wall_s.iloc[warmup:]
     med = float(steady.median()) if len(steady) else float("nan")
     return abs(float(steady.mean()) / med - 1) if med and med == med else float("nan")
 
@@ -138,6 +163,10 @@ def flag_reason(runs: pd.DataFrame) -> pd.Series:
         add(runs.cpu_steal_s / (cpus * runs.run_wall_s) > STEAL_BOUND, "CPU steal")
     if "mean_median_gap" in runs:
         add(runs.mean_median_gap > MEAN_MEDIAN_GAP, "mean and median token disagree")
+    if "window_steady" in runs:
+        steady_ = runs.window_steady.map(lambda v: v if isinstance(v, bool) else
+                                         str(v).lower() != "false")
+        add(~steady_, "window not steady (its per-token time drifts)")
     return out
 
 
@@ -362,23 +391,6 @@ def cache_simulation(experts: pd.DataFrame, sizes=(8, 16, 24, 32, 40, 48, 56, 64
     return pd.DataFrame(rows)
 
 
-def floor_read_bytes(experts: pd.DataFrame, slab_bytes: dict[int, int], cache_bytes: float,
-                     resident_bytes: float) -> float:
-    """Bytes that any run must read from its first decode on (the prompt's and every generated
-    token's), on this routing trace: Belady's optimum over whole expert slabs in a cache of
-    `cache_bytes`, started empty, less every byte resident when decoding began. A floor: Belady
-    reads the least of any policy for equal-size items (fractional caching of unit items does no
-    better), each byte resident at the start saves at most the one read of itself, and read-ahead
-    and the non-expert tensors only add reads."""
-    if experts.empty or not slab_bytes:
-        return float("nan")
-    size = max(0, int(cache_bytes // max(slab_bytes.values())))
-    steps = [{(int(layer), int(e)) for e in g.expert}
-             for (_, layer), g in experts.groupby(["token", "layer"], sort=True)]
-    missed = sum(slab_bytes[layer] for _, (layer, _), hit in belady_hits(steps, size) if not hit)
-    return max(0.0, missed - resident_bytes)
-
-
 def read_path_of(run) -> str:
     """The read path of a runs-table row's configuration (harness.run.mechanisms.read_path),
     through the base mechanism a lookahead wraps (its `lookahead_base` column)."""
@@ -509,26 +521,16 @@ def in_the_way(runs: pd.DataFrame) -> dict:
             **{f"{k}_share": v for k, v in groups.items()}}
 
 
-def resident_at_decode_start(run, file_size: int) -> float:
-    """Bytes of the model a run's decoding starts with: its pages in the page cache, and the slabs
-    a mechanism copied into its own memory before the first token (odirect-cache's warm start
-    moves the load's page cache there, so the page cache alone undercounts it). `run`: a
-    runs-table row."""
-    held = run.get("bytes_warm_start", 0.0)
-    held = float(held) if held == held and held else 0.0
-    return (run.get("residency_decode_start") or 0.0) * file_size + held
-
-
 def bound_errors(table: pd.DataFrame) -> pd.Series:
     """Runs that beat their floor: faster than its perfect-overlap tok/s, or reading fewer bytes
-    from the first decode on than it says must be read. Either means the bound is wrong. A
+    in the measured window than it says must be read. Either means the bound is wrong. A
     repeat flagged as disturbed (column `disturbed`) is not judged: its figure is not trusted
     (the verdicts leave it out too)."""
     num = {c: pd.to_numeric(table[c], errors="coerce") for c in (
-        "steady_tok_per_s", "floor_perfect_overlap_tok_per_s", "decode_read_bytes_per_token",
+        "steady_tok_per_s", "floor_perfect_overlap_tok_per_s", "window_read_bytes_per_token",
         "floor_bytes_per_token")}
     faster = num["steady_tok_per_s"] > num["floor_perfect_overlap_tok_per_s"]
-    fewer = num["decode_read_bytes_per_token"] < num["floor_bytes_per_token"] * (1 - 1e-9)
+    fewer = num["window_read_bytes_per_token"] < num["floor_bytes_per_token"] * (1 - 1e-9)
     judged = ~table["disturbed"].fillna(False).astype(bool) if "disturbed" in table else True
     return ((faster.fillna(False) | fewer.fillna(False)) & judged).astype(bool)
 

@@ -37,7 +37,7 @@ def doubling_change(wall_s, start: int, length: int) -> float:
 
 @dataclass(frozen=True)
 class Window:
-    warmup: int  # generated tokens left out after the first one (index 0 .. warmup-1)
+    warmup: int  # generated tokens left out before the window, the first among them (0..warmup-1)
     length: int  # generated tokens measured
 
     @property

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.record import RunRecord, read_run
+from harness.record import RunRecord, measured_window, read_run
 
 PERCENTILES = (50, 90, 99)
 
@@ -25,7 +25,7 @@ def _generated(record_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 def llama_bench_record(run: pd.Series, record: RunRecord, root: Path) -> dict:
     """One run as llama-bench's JSON record (its field names where they apply) plus ours."""
     prompt, gen = _generated(root / run.record)
-    steady = gen.iloc[1:] if len(gen) > 1 else gen
+    steady = measured_window(gen, record.spec.warmup_tokens)
     ts = (1.0 / steady.wall_s).to_numpy(float) if len(steady) else np.array([])
     model, build, machine = record.model, record.build, record.machine
     lat = steady.wall_s.to_numpy(float)
@@ -89,9 +89,10 @@ def latency_table(runs: pd.DataFrame, root: Path) -> pd.DataFrame:
     rows = []
     for run_id, g in runs[runs.status == "ok"].groupby("run_id", sort=False):
         lat, ttft, pp = [], [], []
-        for rec in g.record:
+        warmup = g.warmup_tokens if "warmup_tokens" in g else [1] * len(g)
+        for rec, w in zip(g.record, warmup, strict=True):
             prompt, gen = _generated(root / rec)
-            lat += list(gen.wall_s.iloc[1:] if len(gen) > 1 else gen.wall_s)
+            lat += list(measured_window(gen, int(w) if w == w else 1).wall_s)
             if (t := _ttft(prompt, gen)) is not None:
                 ttft.append(t)
             if len(prompt) and prompt.wall_s.sum() > 0:

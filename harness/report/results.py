@@ -498,11 +498,11 @@ def _distance_section(w: Writer, out: Outcome, ceil: tables.CeilingTables, limit
     """Every configuration beside its floor (harness.analysis.limit computes it)."""
     w.text("## Distance to the limit\n")
     io = ceil.io_by_path
-    w.text("The floor of each configuration, per token: the *bytes* any run must read from its "
-           "first decode on (Belady's optimal cache of the whole RAM budget, "
-           f"{limits.get('ram_bytes')} bytes, on the run's own routing trace, started empty, less "
-           "every byte of the model resident when decoding began, as each repeat measured it, in "
-           "the page cache or in a mechanism's own memory), read at the "
+    w.text("The floor of each configuration, per token of its measured window: the *bytes* any "
+           "run must read in that window (Belady's optimal cache, the RAM budget of "
+           f"{limits.get('ram_bytes')} bytes less the non-expert tensors, over the window's own "
+           "routing, started with the best possible contents, so that no credit for what was "
+           "resident is needed; slabs of unequal size counted at the smallest), read at the "
            "fastest rate the I/O ceiling measured for the configuration's read path "
            f"(`io_mb_per_s`: O_DIRECT {sig(io['O_DIRECT'] / 1e6)}, buffered read "
            f"{sig(io['buffered read'] / 1e6)}, fault {sig(io['fault'] / 1e6)} "
@@ -512,9 +512,10 @@ def _distance_section(w: Writer, out: Outcome, ceil: tables.CeilingTables, limit
            "kernel CPU those bytes cost at the cheapest rate any run of the same read path paid "
            "(`kernel_us_per_mb`), over the CPUs the run may use. With perfect overlap the larger "
            "of the two, with none their sum. `x_from_floor`: how many times slower the "
-           "configuration (its median steady tok/s) is than its perfect-overlap floor. A repeat faster than its floor, or "
-           "reading fewer bytes than it, is a **bound error**: the floor is wrong (a repeat flagged "
-           "as disturbed is not judged).\n")
+           "configuration (its median steady tok/s) is than its perfect-overlap floor. A repeat "
+           "faster than its floor, or reading fewer bytes in its window than it "
+           "(`window_read_bytes_per_token`), is a **bound error**: the floor is wrong (a repeat "
+           "flagged as disturbed is not judged).\n")
     if "distance_to_limit" not in out.tables:
         return
     w.table("distance_to_limit", out.tables["distance_to_limit"], "findings")

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.box import conditions
+from harness.record import measured_window
 from harness.box.conditions import HeldFile, parse_keyed, read_value
 from harness.record import TOKEN_FIELDS
 
@@ -312,29 +313,29 @@ def regime(io_share: float, cpu_share: float) -> str:
     return MIXED
 
 
-def between_share(gen) -> float:
+def between_share(gen, warmup: int = 1) -> float:
     """The harness's own work between two decodes (tokens.csv harness_s: the counters, the row,
-    the logits check, the expert log) over the decodes' time, steady tokens only: outside the
-    decode's clock and every tok/s. nan when not measured. It needs no kernel counter, so a run
-    without them has it too."""
-    steady = gen.iloc[1:] if len(gen) > 1 else gen
+    the logits check, the expert log) over the decodes' time, the measured window's tokens
+    only: outside the decode's clock and every tok/s. nan when not measured. It needs no kernel
+    counter, so a run without them has it too."""
+    steady = measured_window(gen, warmup)
     if "harness_s" not in steady or steady.empty or not steady.wall_s.sum() > 0:
         return float("nan")
     return float(steady.harness_s.clip(lower=0).sum() / steady.wall_s.sum())
 
 
-def run_attribution(gen) -> dict:
-    """The runs-table columns of the attribution, from a run's generated-token rows (steady: the
-    first generated token excluded when there are others)."""
+def run_attribution(gen, warmup: int = 1) -> dict:
+    """The runs-table columns of the attribution, from a run's generated-token rows, over its
+    measured window (record.measured_window: the `warmup` first generated tokens left out)."""
     nan = float("nan")
     cols = {"user_share": nan, "kernel_share": nan, "throttled_share": nan, "runqueue_share": nan,
             "io_wait_share": nan, "hook_share": nan, "sync_share": nan, "unexplained_share": nan,
             "disk_busy_share": nan, "identity_ok_share": nan, "throttled_period_share": nan,
             "cg_user_s_per_token": nan, "cg_sys_s_per_token": nan,
-            "between_share": between_share(gen), "regime": MIXED}
+            "between_share": between_share(gen, warmup), "regime": MIXED}
     if gen.empty or "io_wait_s" not in gen or (gen.io_wait_s < 0).all():
         return cols
-    steady = gen.iloc[1:] if len(gen) > 1 else gen
+    steady = measured_window(gen, warmup)
     s = stacked(steady)
     wall = s["wall_s"]  # the mean steady token
     if not wall > 0:
