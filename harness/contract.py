@@ -44,6 +44,8 @@ class WorkerParams:
     prompt: str
     tokens: int
     threads: int
+    warmup_tokens: int = 1  # generated tokens before the measured window: residency is checked
+    # on the prompt and on these only
     mlock_non_expert: bool = False
     log_experts: bool = True
     mechanism_options: dict = field(default_factory=dict)

@@ -75,7 +75,7 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("warmup_tokens", int, 1, "generated tokens left out of the run's figure before "
               "its measured window, the first one (and its start-up work) among them; the window "
               "is the rest of `tokens` (docs/benchmarks.md, Settling)", unit="tokens", minimum=1,
-              maximum=1024, worker=False, cli=("--warmup-tokens",)),
+              maximum=1024, worker=True, cli=("--warmup-tokens",)),
     Parameter("repeats", int, 3, "fresh-process repeats after a cold start, interleaved across "
               "entries", minimum=1, maximum=20, sweepable=False),
     Parameter("time_limit_s", float, 1800, "per-run wall limit; a run past it is recorded as "

@@ -335,8 +335,10 @@ TOKEN_COLUMNS = (
     Column("t_unix", "s since the epoch", "when the decode ended"),
     Column("dirtied_bytes", "bytes", "bytes the process dirtied (/proc/self/io)"),
     Column("cgroup_write_bytes", "bytes", "the run cgroup's disk write bytes"),
-    Column("bytes_missing", "bytes", "routed bytes not resident before each layer's prefetch"),
-    Column("bytes_missing_after", "bytes", "routed bytes still not resident after it"),
+    Column("bytes_missing", "bytes", "routed bytes not resident before each layer's prefetch "
+           "(-1: not measured: a token of the measured window, where no residency check runs)"),
+    Column("bytes_missing_after", "bytes", "routed bytes still not resident after it (-1: not "
+           "measured)"),
     Column("bytes_read", "bytes", "bytes the mechanism read itself"),
     Column("hook_s", "s", "the routing hook's own time (the mechanism's excluded)"),
     Column("mechanism_s", "s", "time in the mechanism's own calls: its per-layer work and, for "

@@ -131,7 +131,8 @@ def cold_runs(manifest, tiny_models, tmp_path_factory):
     for name in REGISTRY:
         d = tmp_path_factory.mktemp("cold-" + name.replace("+", "_"))
         # no read-ahead: a fault reads its own page, not the neighbouring layers' slabs
-        rec = run(manifest, model, d, spec(name, tokens=4, evict_after_load=True),
+        # residency measured on every token: all four are warm-up tokens
+        rec = run(manifest, model, d, spec(name, tokens=4, evict_after_load=True, warmup_tokens=4),
                   limits=Limits(read_ahead_kb=0, device_path=model["gguf"]))
         out[name] = (rec, pd.read_csv(d / "tokens.csv"))
     return out
@@ -162,7 +163,7 @@ def test_pread_alone_warms_the_page_cache_without_the_advice(manifest, tiny_mode
     before the matmuls (the pread put it in the page cache)."""
     model = tiny_models["olmoe-tiny-Q4_K_M"]
     rec = run(manifest, model, tmp_path, spec("pread+madvise", tokens=4, evict_after_load=True,
-                                              willneed_after_pread=False),
+                                              willneed_after_pread=False, warmup_tokens=4),
               limits=Limits(read_ahead_kb=0, device_path=model["gguf"]))
     tok = pd.read_csv(tmp_path / "tokens.csv")
     assert rec.status == "ok" and rec.spec.mechanism_options["willneed_after_pread"] is False
@@ -236,7 +237,7 @@ class _NativeTopk:
         self.eval = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_bool, ctypes.c_void_p)(
             self.native.eval_fn)
 
-    def __call__(self, ids, type=26, nb0=4, ne0=None, ne1=1, nb1=None, name=None):
+    def __call__(self, ids, type=26, nb0=4, ne0=None, ne1=1, nb1=None, name=None, measure=True):
         c = self.ctypes
         n_used = self.layout.n_expert_used
         arr = (c.c_int32 * len(ids))(*ids)
@@ -246,7 +247,7 @@ class _NativeTopk:
         t.nb[0], t.nb[1] = nb0, 4 * n_used if nb1 is None else nb1
         if name is not None:
             t.name = name
-        self.native.begin(0, self.native.h.batch_n, True)
+        self.native.begin(0, self.native.h.batch_n, True, measure)
         asked = self.eval(c.addressof(t), True, self.native.user_data)
         ok = self.eval(c.addressof(t), False, self.native.user_data)
         return asked, ok, self.native.h.error.decode()
@@ -268,6 +269,11 @@ def test_native_hook_records_a_routing_tensor_and_refuses_one_it_cannot_read(man
     want = sum(res.missing_bytes(s.offset, s.nbytes) for e in good for s in lay.slabs(0, e))
     assert h.missing == h.missing_after == want  # demand paging: nothing changed in between
     assert h.hook_ns > 0
+    # a token of the measured window: the routing is read, no residency syscall is made
+    calls = h.residency_calls
+    asked, ok, err = drive(good, measure=False)
+    assert asked and ok and h.n_routed == 1 and h.n_rows == lay.n_expert_used
+    assert h.residency_calls == calls and h.missing == h.missing_after == 0
     # a node that is not routing is neither asked for nor observed
     asked, ok, _ = drive(good, name=b"ffn_moe_probs-0")
     assert not asked and ok and h.n_routed == 0
@@ -683,3 +689,16 @@ def test_the_load_reads_unthrottled_and_every_decode_is_throttled(manifest, tiny
     decode_read = tok.cgroup_read_bytes.sum()
     assert decode_read > 2 * throttle  # enough bytes that the throttle decides the time
     assert decode_read / tok.wall_s.sum() < 1.3 * throttle
+
+
+def test_residency_is_checked_on_the_warmup_only_never_in_the_measured_window(
+        manifest, tiny_models, tmp_path):
+    model = tiny_models["olmoe-tiny-Q4_K_M"]
+    rec = run(manifest, model, tmp_path, spec("madvise", tokens=6, warmup_tokens=2))
+    tok = pd.read_csv(tmp_path / "tokens.csv")
+    assert rec.status == "ok" and rec.summary.hook_residency_calls > 0
+    measured = tok[tok["index"] < 2]  # the prompt (-1) and the two warm-up tokens
+    window = tok[tok["index"] >= 2]
+    assert (measured.bytes_missing >= 0).all() and (measured.bytes_missing_after >= 0).all()
+    assert (window.bytes_missing == -1).all() and (window.bytes_missing_after == -1).all()
+    assert rec.summary.byte_accounting_ok is True  # the mechanism still read every routed slab

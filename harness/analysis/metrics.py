@@ -216,11 +216,9 @@ def box_columns(rec: RunRecord, gen: pd.DataFrame, per) -> dict:
         "read_amplification": cg_read / routed if cg_read >= 0 and routed > 0 else nan,
         "dirtied_bytes_per_token": per("dirtied_bytes") if "dirtied_bytes" in gen else nan,
         # the check under the byte accounting: what the kernel read against what mincore said was
-        # missing from the routed slabs just before each layer's prefetch (1.0 = nothing more)
-        "bytes_missing_per_token": per("bytes_missing") if "bytes_missing" in gen else nan,
-        "kernel_read_vs_missing": (cg_read / per("bytes_missing")
-                                   if "bytes_missing" in gen and cg_read >= 0 and per("bytes_missing") > 0
-                                   else nan),
+        # missing from the routed slabs just before each layer's prefetch (1.0 = nothing more),
+        # over the tokens residency was measured on (the warm-up: none runs in the window)
+        **missing_columns(gen),
         "hook_s_per_token": per("hook_s") if "hook_s" in gen else nan,
         "mechanism_s_per_token": per("mechanism_s") if "mechanism_s" in gen else nan,
         "cgroup_write_bytes_per_token": (per("cgroup_write_bytes") if "cgroup_write_bytes" in gen
@@ -232,6 +230,20 @@ def box_columns(rec: RunRecord, gen: pd.DataFrame, per) -> dict:
         "damon_pageout_bytes": (damon.get("pageout") or {}).get("sz_applied"),
         "damon_applied_bytes": sum(v.get("sz_applied", 0) for v in damon.values()) if damon else None,
     }
+
+
+def missing_columns(gen: pd.DataFrame) -> dict:
+    """Routed bytes not resident before each layer's prefetch, per token, and what the cgroup
+    read over them, on the generated tokens whose residency was measured (bytes_missing >= 0)."""
+    nan = float("nan")
+    if "bytes_missing" not in gen:
+        return {"bytes_missing_per_token": nan, "kernel_read_vs_missing": nan}
+    m = gen[gen.bytes_missing >= 0]
+    missing = float(m.bytes_missing.mean()) if len(m) else nan
+    read = (float(m.cgroup_read_bytes.mean()) if len(m) and "cgroup_read_bytes" in m
+            and (m.cgroup_read_bytes >= 0).all() else nan)
+    return {"bytes_missing_per_token": missing,
+            "kernel_read_vs_missing": read / missing if missing > 0 and read == read else nan}
 
 
 def disturbed_repeats(record_paths: list) -> list[dict]:

@@ -60,6 +60,7 @@ struct moe_hook {
     /* set by the worker before each decode */
     int32_t enabled;             /* 0: answer every ask "no" (the bare decode, for an A/B) */
     int32_t token0, batch_n;
+    int32_t measure_residency;   /* 0: no residency syscalls this decode (a measured-window token) */
     int32_t *rows;               /* [rows_cap][4]: token, layer, rank, expert */
     int32_t rows_cap;
     int32_t *unique;             /* [n_layer][n_expert]: each routed layer's unique experts */
@@ -202,6 +203,15 @@ static bool fail(struct moe_hook *h, const char *name, const char *what, long lo
     return false;
 }
 
+/* The mechanism's per-layer work (Python), timed apart from the hook's own. */
+static bool call_route(struct moe_hook *h, int32_t layer, const int32_t *uniq, int32_t n) {
+    uint64_t t0 = now_ns();
+    h->passed++;
+    bool ok = h->route(layer, uniq, n);
+    h->python_ns += now_ns() - t0;
+    return ok;
+}
+
 static bool on_topk(struct moe_hook *h, void *t, const char *name) {
     const char *digits = name + h->prefix_len[0];
     char *end = NULL;
@@ -272,17 +282,16 @@ static bool on_topk(struct moe_hook *h, void *t, const char *name) {
     h->unique_n[h->n_routed] = n_uniq;
     h->routed_layer[h->n_routed++] = (int32_t)layer;
     uint64_t missing_before = h->missing;
+    if (!h->measure_residency) {
+        /* a token of the measured window: the residency syscalls are instrumentation a deployed
+         * mechanism would not make, so they run on the prompt and the warm-up tokens only */
+        return h->route ? call_route(h, (int32_t)layer, uniq, n_uniq) : true;
+    }
     if (!add_missing(h, (int32_t)layer, uniq, n_uniq, &h->missing)) {
         return false;
     }
-    if (h->route) {
-        uint64_t t0 = now_ns();
-        h->passed++;
-        bool ok = h->route((int32_t)layer, uniq, n_uniq);
-        h->python_ns += now_ns() - t0;
-        if (!ok) {
-            return false; /* the Python side holds the error */
-        }
+    if (h->route && !call_route(h, (int32_t)layer, uniq, n_uniq)) {
+        return false; /* the Python side holds the error */
     }
     if (!h->route) {
         /* nothing ran between the two measurements: the second would find the same bytes */

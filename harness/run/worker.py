@@ -131,7 +131,7 @@ class NativeHook(ctypes.Structure):
                 ("vec_len", ctypes.c_size_t), ("page", ctypes.c_size_t),
                 ("cache_fd", ctypes.c_int32),
                 ("enabled", ctypes.c_int32), ("token0", ctypes.c_int32),
-                ("batch_n", ctypes.c_int32),
+                ("batch_n", ctypes.c_int32), ("measure_residency", ctypes.c_int32),
                 ("rows", ctypes.POINTER(ctypes.c_int32)), ("rows_cap", ctypes.c_int32),
                 ("unique", ctypes.POINTER(ctypes.c_int32)),
                 ("unique_n", ctypes.POINTER(ctypes.c_int32)),
@@ -202,9 +202,10 @@ class NativeRouting:
             self.hook.error = exc
             return False
 
-    def begin(self, token0: int, batch_n: int, enabled: bool) -> None:
+    def begin(self, token0: int, batch_n: int, enabled: bool, measure: bool = True) -> None:
         h = self.h
         h.enabled, h.token0, h.batch_n = int(enabled), token0, batch_n
+        h.measure_residency = int(measure)
         h.n_rows = h.n_routed = 0
         h.missing = h.missing_after = h.hook_ns = h.python_ns = 0
         h.error = b""
@@ -248,6 +249,8 @@ class RoutingHook:
         self.token = 0  # index of the first token of the batch being decoded
         self.batch_n = 1  # tokens in that batch
         self.enabled = True  # False: every ask is answered "no" (the bare decode, for an A/B)
+        # False: no residency checks this decode (a token of the measured window)
+        self.measure = True
         self.calls = 0
         self.layers_seen = 0
         self.routed = []  # (layer, unique experts) of the current decode
@@ -333,11 +336,13 @@ class RoutingHook:
                         unique.append(e)
             self.calls += 1
             self.routed.append((layer, unique))
-            self.missing += self.missing_bytes(layer, unique)
+            if self.measure:
+                self.missing += self.missing_bytes(layer, unique)
             t1 = time.perf_counter()
             self.mechanism.on_route(layer, unique)
             t2 = time.perf_counter()
-            self.missing_after += self.missing_bytes(layer, unique)
+            if self.measure:
+                self.missing_after += self.missing_bytes(layer, unique)
             self.hook_s += (t1 - t0) + (time.perf_counter() - t2)
             self.mechanism_s += t2 - t1
             return True
@@ -505,12 +510,15 @@ class Worker:
         # with hook_ab every other generated token runs with the hook switched off, in the same
         # process and context: the in-process A/B of what the hook costs a token
         hook_on = self.p.hook != "off" and not (self.p.hook_ab and index >= 0 and index % 2)
-        hook.token, hook.batch_n, hook.enabled = pos, n, hook_on
+        # residency is measured on the prompt and the warm-up tokens only: its syscalls are
+        # instrumentation, kept out of the window the run's figure is measured over
+        measure = index < self.p.warmup_tokens
+        hook.token, hook.batch_n, hook.enabled, hook.measure = pos, n, hook_on, measure
         hook.routed = []
         hook.missing = hook.missing_after = 0
         hook.hook_s = hook.mechanism_s = 0.0
         if self.native:
-            self.native.begin(pos, n, hook_on)
+            self.native.begin(pos, n, hook_on, measure)
         m.begin_decode(pos, n)
         c0, ru0 = m.counters(), resource.getrusage(resource.RUSAGE_SELF)
         io0, cg0 = self.counters.io()
@@ -559,8 +567,10 @@ class Worker:
             "disk_read_bytes": io1["read_bytes"] - io0["read_bytes"],
             "cgroup_read_bytes": since(cg0, cg1, "read"), "rss_bytes": self.counters.rss(),
             "t_unix": f"{time.time():.3f}", "dirtied_bytes": io1["write_bytes"] - io0["write_bytes"],
-            "cgroup_write_bytes": since(cg0, cg1, "write"), "bytes_missing": hook.missing,
-            "bytes_missing_after": hook.missing_after,
+            "cgroup_write_bytes": since(cg0, cg1, "write"),
+            # -1: not measured (a token of the measured window)
+            "bytes_missing": hook.missing if measure else -1,
+            "bytes_missing_after": hook.missing_after if measure else -1,
             "bytes_read": c1["bytes_read"] - c0["bytes_read"], "hook_s": f"{hook.hook_s:.6f}",
             "mechanism_s": f"{hook.mechanism_s:.6f}", "hook_on": int(hook_on), "harness_s": f"{harness_s:.6f}",
             **{k: (f"{v:.6f}" if isinstance(v, float) else v)
