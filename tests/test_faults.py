@@ -317,3 +317,40 @@ def test_the_models_sha256_is_read_once_then_its_identity_checked(tiny_models, t
     shutil.copyfile(m["gguf"], model)
     assert verify_models([info_path]) == [{"model": info["name"], "path": str(model),
                                            "sha256": info["sha256"]}]
+
+
+def test_a_ceiling_stops_when_the_pipeline_that_started_it_is_killed(tmp_path):
+    """kill -9 of the Snakemake (here: a stand-in whose pid the job was given, as common.smk
+    gives it) while a ceiling's tool runs: the job stops within seconds, the tool with it, and
+    the measurement lock is free again."""
+    pipeline = subprocess.Popen(["sleep", "120"])
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from pathlib import Path\n"
+            "from harness.box import ceilings, measurelock\nfrom harness.box.limits import Limits\n"
+            "measurelock.STATE_DIR = Path(%r)\n"
+            "print('start', flush=True)\n"
+            "ceilings.in_cgroup(Limits(device_path=%r), ['sleep', '90'])\n") % (
+        str(ROOT), str(tmp_path / "state"), str(tmp_path))
+    job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=dict(os.environ, MOE_BENCH_PIPELINE_PID=str(pipeline.pid)))
+    try:
+        assert job.stdout.readline().strip() == "start"
+        time.sleep(1.5)
+        tools = [p for p in psutil.Process(job.pid).children(recursive=True)
+                 if p.cmdline()[:1] == ["sleep"]]
+        assert tools, "the ceiling's tool is not running"
+        assert job.poll() is None
+        pipeline.kill()  # kill -9 of "Snakemake"
+        pipeline.wait()
+        t0 = time.monotonic()
+        job.wait(timeout=20)
+        assert time.monotonic() - t0 < 10
+        assert "pipeline that started this measurement" in job.stderr.read()
+        gone, alive = psutil.wait_procs(tools, timeout=10)
+        assert not alive, "the ceiling's tool went on"
+        with measurelock.exclusive("after", wait_s=1.0, state_dir=tmp_path / "state"):
+            pass  # the lock was released
+    finally:
+        for p in (job, pipeline):
+            if p.poll() is None:
+                p.kill()

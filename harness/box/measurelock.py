@@ -43,17 +43,51 @@ class Interrupted(BaseException):
 INTERRUPT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
+# the Snakemake process a measurement runs under: set by the workflow (common.smk) when it
+# parses, in the process that then starts the jobs, and inherited by every job's script
+PIPELINE_PID_ENV = "MOE_BENCH_PIPELINE_PID"
+WATCH_EVERY_S = 1.0
+
+
+def pipeline_pid() -> int | None:
+    """The pid of the Snakemake that started this process (None outside a pipeline)."""
+    try:
+        return int(os.environ[PIPELINE_PID_ENV])
+    except (KeyError, ValueError):
+        return None
+
+
+def alive(pid: int | None) -> bool:
+    """None (nothing to watch) counts as alive; a zombie (exited, not yet reaped) as dead."""
+    import psutil
+
+    if pid is None:
+        return True
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True
+
+
 @contextlib.contextmanager
-def interruptible():
+def interruptible(watch_pid: int | None = -1):
     """Turn the stopping signals into Interrupted while a run is measured (main thread only: a
-    signal handler cannot be set elsewhere), and put the old handlers back afterwards."""
+    signal handler cannot be set elsewhere), and put the old handlers back afterwards. While the
+    block runs, `watch_pid` (default: the pipeline's, pipeline_pid()) is watched: once it is
+    gone, the block is interrupted as by a signal, whatever it is doing (hashing a model,
+    evicting it, staging a copy, waiting for llama-bench): a measurement nobody will read must
+    not go on, holding the machine's lock."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    watch_pid = pipeline_pid() if watch_pid == -1 else watch_pid
 
     fired = []
+    gone = threading.Event()
 
     def handler(signum, _frame):
         # the first signal stops the measurement; a second one (an impatient Ctrl-C) must not
@@ -61,12 +95,29 @@ def interruptible():
         if fired:
             return
         fired.append(signum)
+        if gone.is_set():
+            raise Interrupted(f"the pipeline that started this measurement (pid {watch_pid}) is "
+                              "gone")
         raise Interrupted(f"stopped by {signal.Signals(signum).name}")
 
+    done = threading.Event()
+
+    def watch():
+        while not done.wait(WATCH_EVERY_S):
+            if not alive(watch_pid):
+                gone.set()
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler above stops the main thread
+                return
+
     old = {sig: signal.signal(sig, handler) for sig in INTERRUPT_SIGNALS}
+    watcher = threading.Thread(target=watch, daemon=True, name="pipeline-watch") \
+        if watch_pid is not None else None
+    if watcher:
+        watcher.start()
     try:
         yield
     finally:
+        done.set()
         for sig, h in old.items():
             signal.signal(sig, h)
 

@@ -41,33 +41,6 @@ class RunFailed(RuntimeError):
     pass
 
 
-def pipeline_pid() -> int | None:
-    """The Snakemake process this one runs under (the nearest ancestor whose command line names
-    snakemake), else the parent: the process whose death stops a measurement. Snakemake starts a
-    script through a shell, so the parent alone may outlive it."""
-    import psutil
-
-    with contextlib.suppress(psutil.Error):
-        for proc in psutil.Process().parents():
-            if any("snakemake" in part for part in proc.cmdline()[:3]):
-                return proc.pid
-    return os.getppid()
-
-
-def _alive(pid: int | None) -> bool:
-    """None (nothing to watch) counts as alive; a zombie (exited, not yet reaped) as dead."""
-    import psutil
-
-    if pid is None:
-        return True
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
-        return True
-
-
 def utcnow() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
@@ -92,12 +65,10 @@ def _finalize_csv(part: Path, dst: Path, header: str) -> int:
     return len(lines) - 1
 
 
-def _wait_with_progress(proc, worker_log: Path, time_limit_s, watch_pid: int | None = None,
-                        gate=None) -> tuple[int, bool]:
+def _wait_with_progress(proc, worker_log: Path, time_limit_s, gate=None) -> tuple[int, bool]:
     """Wait for the worker, relaying its progress lines (tokens done, tok/s so far) to our log,
-    and SIGKILL it past the time limit. Returns (exit code, timed out). Raises Interrupted when
-    `watch_pid` (the pipeline that started the run) is gone: a measurement nobody will read must
-    not go on beside the next one. `gate`: (the worker's out dir, what to do when its load is
+    and SIGKILL it past the time limit. Returns (exit code, timed out). (The pipeline's death
+    interrupts it like a signal: measurelock.interruptible.) `gate`: (the worker's out dir, what to do when its load is
     done) for a worker that waits at the throttle gate (contract.WorkerParams.throttle_gate);
     until it opens the worker is polled every few ms, so the gate costs the run no time."""
     deadline = time.monotonic() + time_limit_s if time_limit_s else None
@@ -126,8 +97,6 @@ def _wait_with_progress(proc, worker_log: Path, time_limit_s, watch_pid: int | N
         if deadline is not None and time.monotonic() > deadline:
             proc.send_signal(signal.SIGKILL)
             return proc.wait(), True
-        if not _alive(watch_pid):
-            raise measurelock.Interrupted(f"the process that started this run (pid {watch_pid}) is gone")
     return rc, False
 
 
@@ -141,9 +110,10 @@ def _reap_leftovers(*dirs: Path) -> None:
 
 def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_info: dict,
         layout_path: str, limits: Limits, time_limit_s: float | None,
-        watch_pid: int | None = None) -> run_record.RunRecord:
+        watch_pid: int | None = -1) -> run_record.RunRecord:
     """spec: the run's configuration (run_id, model, mechanism, switches, prompt, tokens, ...).
-    watch_pid: a process whose death stops the run (the Snakemake that started it). Returns the
+    watch_pid: a process whose death stops the run, in whatever phase (default: the Snakemake
+    that started it, measurelock.pipeline_pid; None: nothing). Returns the
     record written to run.json."""
     # a spec the record could not hold fails now, not after the measurement
     run_record.check_spec(spec, f"run {spec.get('run_id')}")
@@ -154,7 +124,8 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
     model_path = model_info["path"]
     _check_inputs(model_path, json.loads(Path(layout_path).read_text()), limits, spec["mechanism"])
     out.mkdir(parents=True, exist_ok=True)
-    with measurelock.interruptible(), measurelock.exclusive(f"run {spec['run_id']} rep {spec.get('repeat')}"):
+    with measurelock.interruptible(watch_pid), \
+            measurelock.exclusive(f"run {spec['run_id']} rep {spec.get('repeat')}"):
         record_check = _check_model_unchanged(model_info)
         model_stat = _stat_key(model_path)
         _reap_leftovers(out, Path(model_path).parent)
@@ -191,8 +162,8 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
             ).write(work / "params.json")
             record.update(start_utc=utcnow(), residency_before=res_before,
                           residency_at_start=res_after_evict, scratch_copy=scratch is not None)
-            record.update(_measure(work, cg, lib_dir, time_limit_s, watch_pid,
-                                      wait_policy=spec["omp_wait_policy"]))
+            record.update(_measure(work, cg, lib_dir, time_limit_s,
+                                   wait_policy=spec["omp_wait_policy"]))
             record["residency_after"] = pagecache.residency(run_model)
             record.update(_collect(work, out, spec))
             record.update(_provenance(limits, time_limit_s, cg, model_info, build, model_stat))
@@ -291,7 +262,7 @@ def _worker_preexec(cg: RunCgroup):
     return preexec
 
 
-def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, watch_pid=None, *,
+def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, *,
              wait_policy: str) -> dict:
     """The measured process in the run's cgroup, and what the kernel did beside it."""
     env = with_wait_policy(dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir), wait_policy)
@@ -302,7 +273,7 @@ def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, watch_pid=No
                                 stdout=wlog, stderr=subprocess.STDOUT, env=env,
                                 preexec_fn=_worker_preexec(cg))
         try:
-            rc, timed_out = _wait_with_progress(proc, work / "worker.log", time_limit_s, watch_pid,
+            rc, timed_out = _wait_with_progress(proc, work / "worker.log", time_limit_s,
                                                 gate=(work, cg.apply_disk_throttle))
         except BaseException:
             proc.kill()

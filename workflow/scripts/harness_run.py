@@ -6,13 +6,15 @@ import logging
 import json
 from pathlib import Path
 
+from harness.box import measurelock
 from harness.run import progress, supervise
 from harness.config import check, cpu_quota_of, profile_limits
 from harness.models.staging import staged_info
 
 manifest = json.loads(Path(snakemake.input.manifest).read_text())
 # on a cluster, the copy on the node's own disk (cluster.local_dir) is what is measured
-info = staged_info(json.loads(Path(snakemake.input.info).read_text()), snakemake.config)
+with measurelock.interruptible():  # a copy to the node's disk dies with Snakemake too
+    info = staged_info(json.loads(Path(snakemake.input.info).read_text()), snakemake.config)
 rerun = bool(snakemake.params.get("rerun", False))
 spec = dict(snakemake.params.spec, repeat=snakemake.params.repeat,
             profile=snakemake.params.config["profile"], rerun=rerun)
@@ -29,4 +31,4 @@ supervise.run(spec, Path(snakemake.output.record).parent, lib_dir=manifest["lib_
               model_info=info, layout_path=snakemake.input.layout,
               limits=profile_limits(snakemake.params.config, info["path"],
                                    cpu_quota=cpu_quota_of(snakemake.input.quota)),
-              time_limit_s=spec["time_limit_s"], watch_pid=supervise.pipeline_pid())
+              time_limit_s=spec["time_limit_s"])
