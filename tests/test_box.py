@@ -334,3 +334,37 @@ def test_a_killed_writers_partial_copy_is_reaped_by_the_next_write(tmp_path):
     live.write_bytes(b"in progress")
     atomic_write_text(tmp_path / "other.json", "{}")
     assert not left.exists() and live.exists()
+
+
+def test_v2_controllers_are_enabled_one_by_one_and_a_missing_one_is_named(tmp_path, monkeypatch):
+    """On a hierarchy without the io controller, the memory and cpu ones are still enabled and a
+    run that asks for a disk throttle is refused naming `io`; one that does not ask runs."""
+    from harness.box import limits as lim_mod
+
+    root = tmp_path / "cgroup"
+    parent = root / lim_mod.PARENT
+    parent.mkdir(parents=True)
+    for d in (root, parent):
+        (d / "cgroup.subtree_control").write_text("")
+    writes = []
+
+    real_write = Path.write_text
+
+    def write_text(self, data, *a, **k):  # a hierarchy whose io controller cannot be enabled
+        if self.name == "cgroup.subtree_control":
+            if data == "+io":
+                raise OSError(22, "Invalid argument")
+            writes.append(data)
+            current = set(self.read_text().split())
+            return real_write(self, " ".join(sorted(current | {data[1:]})), *a, **k)
+        return real_write(self, data, *a, **k)
+
+    monkeypatch.setattr(lim_mod, "CGROOT", root)
+    monkeypatch.setattr(Path, "write_text", write_text)
+    cg = lim_mod.CgroupV2(Limits(ram_bytes=1 << 30, read_bps=150_000_000,
+                                 device_path=str(tmp_path)))
+    with pytest.raises(lim_mod.LimitError, match=r"the io controller \(for read_bps\)"):
+        cg._enable_controllers(parent)
+    assert set((parent / "cgroup.subtree_control").read_text().split()) == {"memory", "cpu"}
+    assert "+memory" in writes and "+cpu" in writes
+    lim_mod.CgroupV2(Limits(ram_bytes=1 << 30, device_path=str(tmp_path)))._enable_controllers(parent)

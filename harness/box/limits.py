@@ -378,13 +378,31 @@ class CgroupV2(RunCgroup):
     COUNTERS = {"io": ("unified", "io.stat"), "peak": ("unified", "memory.peak"),
                 "oom": ("unified", "memory.events"), "cpu": ("unified", "cpu.stat")}
 
+    # each limit and the controller it needs
+    CONTROLLERS = (("memory", "ram_bytes"), ("io", "read_bps"), ("io", "write_bps"),
+                   ("cpu", "cpu_quota"))
+
+    def _enable_controllers(self, parent: Path) -> None:
+        """Enable memory, io and cpu for the run cgroups, one at a time (one the hierarchy lacks
+        must not cost the others), and refuse a limit whose controller is not there, naming it."""
+        for ctl in ("memory", "io", "cpu"):
+            for f in (CGROOT / "cgroup.subtree_control", parent / "cgroup.subtree_control"):
+                with contextlib.suppress(OSError):
+                    f.write_text(f"+{ctl}")
+        enabled = set((read_value(parent / "cgroup.subtree_control") or "").split())
+        missing = {ctl: key for ctl, key in self.CONTROLLERS
+                   if getattr(self.limits, key) is not None and ctl not in enabled}
+        if missing:
+            raise LimitError("cgroup v2: " + "; ".join(
+                f"the {ctl} controller (for {key}) is not available under {parent}"
+                for ctl, key in missing.items()) + " (enable it in the parent's "
+                "cgroup.subtree_control, or delegate it to this cgroup)")
+
     def _create(self) -> None:
         lim = self.limits
         parent = CGROOT / PARENT
         parent.mkdir(exist_ok=True)
-        with contextlib.suppress(OSError):
-            (CGROOT / "cgroup.subtree_control").write_text("+memory +io +cpu")
-            (parent / "cgroup.subtree_control").write_text("+memory +io +cpu")
+        self._enable_controllers(parent)
         d = parent / self.name
         d.mkdir()
         self.dirs["unified"] = d
