@@ -164,14 +164,16 @@ def test_lookahead_over_write_in_place_runs_on_a_scratch_copy(manifest, tiny_mod
                lookahead_base="write-in-place")
     assert rec.status == "ok" and rec.scratch_copy is True
     assert sha256_file(m["gguf"]) == m["info"]["sha256"] and rec.model_unchanged
+    # the copy was made in the run's own directory under results/, and is gone
     assert not list(Path(m["gguf"]).parent.glob(".scratch-*"))
+    assert not list((tmp_path / "out").glob(".scratch-*"))
 
 
 @pytest.fixture
 def small_tmpfs(tmp_path):
     mnt = tmp_path / "small"
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mnt)]).returncode:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)]).returncode:
         pytest.skip("cannot mount a tmpfs here")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)])
@@ -179,18 +181,16 @@ def small_tmpfs(tmp_path):
 
 def test_a_full_disk_during_the_scratch_copy_leaves_no_partial_copy(manifest, tiny_models,
                                                                     small_tmpfs, tmp_path):
-    m = tiny_models["olmoe-tiny-Q4_K_M"]  # 24 MB: the copy of it does not fit in 40 MB
-    model = small_tmpfs / "model.gguf"
-    shutil.copyfile(m["gguf"], model)
-    info = dict(m["info"], path=str(model))
+    m = tiny_models["olmoe-tiny-Q4_K_M"]  # 24 MB: its copy does not fit the run's 16 MB disk
+    out = small_tmpfs / "out"  # the run's directory, where the scratch copy is made
     with pytest.raises(OSError):
-        _run(manifest, info, m["layout"], tmp_path / "out", mechanism="write-in-place")
-    assert sorted(p.name for p in small_tmpfs.iterdir()) == ["model.gguf"]
-    assert (tmp_path / "out" / "run.incomplete.json").exists() and not run_cgroups()
-    assert sha256_file(model) == m["info"]["sha256"]
+        _run(manifest, m["info"], m["layout"], out, mechanism="write-in-place")
+    assert not list(out.glob(".scratch-*")) and not list(out.glob(".work-*"))
+    assert (out / "run.incomplete.json").exists() and not run_cgroups()
+    assert sha256_file(m["gguf"]) == m["info"]["sha256"]
     # a rerun that needs no copy completes on the same, still full-enough, file system
-    rec = _run(manifest, info, m["layout"], tmp_path / "out")
-    assert rec.status == "ok" and not (tmp_path / "out" / "run.incomplete.json").exists()
+    rec = _run(manifest, m["info"], m["layout"], out)
+    assert rec.status == "ok" and not (out / "run.incomplete.json").exists()
 
 
 def _io_ceiling_reading(directory: Path) -> subprocess.Popen:

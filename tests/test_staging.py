@@ -48,3 +48,12 @@ def test_a_copy_that_does_not_match_the_recorded_digest_is_refused(model, tmp_pa
     with pytest.raises(StagingError, match="sha256"):
         stage(model, tmp_path / "node-local", sha256="0" * 64)
     assert not (tmp_path / "node-local" / "m.gguf").exists()  # nothing half-staged is left
+
+
+def test_a_copy_verified_against_another_digest_is_not_reused(model, tmp_path):
+    """The marker holds the digest the copy was verified against: asked for another model's
+    digest, the copy is made (and checked) again, and refused."""
+    local = tmp_path / "node-local"
+    stage(model, local, sha256_file(model))
+    with pytest.raises(StagingError, match="sha256"):
+        stage(model, local, sha256="1" * 64)

@@ -46,8 +46,11 @@ def stage(model_path: os.PathLike, into: os.PathLike | None, sha256: str | None 
     if dst.exists() and marker.exists():
         m = json.loads(marker.read_text())
         st = dst.stat()
+        # reused only as the very copy of this source that was verified against this digest
+        # (the run then checks it again: harness.run.supervise._check_model_unchanged)
         if ({k: m.get(k) for k in want} == want and m.get("bytes") == st.st_size
-                and m.get("mtime_ns") == st.st_mtime_ns):
+                and m.get("mtime_ns") == st.st_mtime_ns and m.get("ino") == st.st_ino
+                and (sha256 is None or m.get("sha256") == sha256)):
             return str(dst)
     Path(into).mkdir(parents=True, exist_ok=True)
     expected = sha256 or sha256_file(src)
@@ -60,7 +63,7 @@ def stage(model_path: os.PathLike, into: os.PathLike | None, sha256: str | None 
                                f"expected {expected[:16]}...: the copy or the source is damaged")
     st = dst.stat()
     atomic_write_json(marker, {**want, "sha256": expected, "bytes": st.st_size,
-                               "mtime_ns": st.st_mtime_ns})
+                               "mtime_ns": st.st_mtime_ns, "ino": st.st_ino})
     return str(dst)
 
 

@@ -139,7 +139,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
         record = {"run_id": spec["run_id"], "spec": spec, "status": None,
                   "model_check": record_check}
         try:
-            run_model, scratch = _model_to_run(spec, model_path)
+            run_model, scratch = _model_to_run(spec, model_path, out)
             cached = (pagecache.residency(run_model) if spec.get("warm") and spec.get("keep_cache")
                       else 0.0)
             if cached > 0.999:
@@ -239,12 +239,13 @@ def _check_inputs(model_path: str, layout: dict, limits: Limits, mechanism: str 
                         f"{model_path}'s non-expert tensors ({layout['non_expert_bytes']} bytes)")
 
 
-def _model_to_run(spec: dict, model_path: str) -> tuple[str, Path | None]:
-    """The model file itself, or for a mechanism that writes into the mapping a copy beside it
-    (deleted by the caller): the model file is never written."""
+def _model_to_run(spec: dict, model_path: str, out: Path) -> tuple[str, Path | None]:
+    """The model file itself, or for a mechanism that writes into the mapping a copy in the run's
+    own directory under results/ (deleted by the caller): the model file, and the directory of a
+    user's own model, are never written."""
     if not writes_model(spec["mechanism"], spec.get("mechanism_options", {})):
         return model_path, None
-    scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{owner_tag()}-", dir=Path(model_path).parent))
+    scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{owner_tag()}-", dir=out))
     run_model = str(scratch / Path(model_path).name)
     try:
         shutil.copyfile(model_path, run_model)
