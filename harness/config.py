@@ -149,6 +149,8 @@ def _expand_profile(config: dict, profile_name: str) -> list[RunSpec]:
 
 def check_run_values(config: dict, entry: str, vals: dict) -> None:
     where = f"config: experiments.{entry}"
+    # a config the schema has not filled in (read by hand) has the declared defaults too
+    vals = {**{p.name: p.default for p in parameters.PARAMETERS if p.default is not None}, **vals}
     if vals.get("model") not in config.get("models", {}):
         raise ConfigError(f"{where}.model: {vals.get('model')!r} is not one of the models: "
                           f"{', '.join(config.get('models', {}))}")
