@@ -139,6 +139,23 @@ def test_local_path_source(tiny_models, tmp_path):
         fetch.link_local({"path": str(src), "sha256": "1" * 64}, tmp_path / "link2.gguf")
 
 
+def test_a_dense_model_to_be_prefetched_is_refused_when_it_is_made(manifest, tiny_models,
+                                                                   tmp_path):
+    import json
+
+    mpath = tmp_path / "manifest.json"
+    mpath.write_text(json.dumps(manifest))
+    dense = tiny_models["qwen2-tiny-Q8_0"]
+    spec = {"source": "path", "path": dense["gguf"], "quant": "Q8_0"}
+    with pytest.raises(BadModelFile, match=r"model mine .* is dense .* under madvise"):
+        make_model("mine", spec, str(mpath), None, str(tmp_path / "mine.gguf"),
+                   str(tmp_path / "mine.json"), 2, prefetched_by=("madvise",))
+    # the same model under demand paging only is made
+    info = make_model("mine", spec, str(mpath), None, str(tmp_path / "ok.gguf"),
+                      str(tmp_path / "ok.json"), 2, prefetched_by=())
+    assert info["sha256"] == dense["info"]["sha256"]
+
+
 def _moe_gguf(path: Path, blocks: dict[int, str], n_expert: int = 4) -> Path:
     """A minimal MoE GGUF: per block, `merged` experts (blk.N.ffn_gate_exps), `per-expert` ones
     (blk.N.ffn_gate.E, older Mixtral files) or `dense` (an ordinary FFN, no experts)."""
