@@ -402,7 +402,7 @@ def _parameter_columns() -> tuple[RunColumn, ...]:
 
 
 # one row per run record: harness.analysis.metrics.run_row writes exactly these columns, in this
-# order (a test checks it), and runs_table adds the last two
+# order (a test checks it), and runs_table adds the last three
 RUN_COLUMNS: tuple[RunColumn, ...] = (
     RunColumn("run_id", "", "the configuration's id", "run.json"),
     RunColumn("repeat", "count", "which repeat (1-based)", "run.json spec"),
@@ -522,6 +522,9 @@ RUN_COLUMNS: tuple[RunColumn, ...] = (
     RunColumn("start_utc", "", "when the measured process started (ISO 8601)", "run.json"),
     RunColumn("end_utc", "", "when it ended", "run.json"),
     RunColumn("record", "", "the run.json it comes from", "analysis"),
+    RunColumn("configuration", "", "the configuration the run measures: runs of the same "
+              "resolved spec are one, named by the first of their run ids "
+              "(harness.analysis.metrics.configuration_ids)", "analysis"),
     RunColumn("flag_reason", "", "why the machine disturbed this repeat (empty: it did not)",
               "analysis (harness.analysis.metrics.flag_reason)"),
     RunColumn("disturbed", "", "flagged: left out of the verdicts, never out of the tables",

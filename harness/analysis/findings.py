@@ -66,8 +66,12 @@ def _attribution_side_by_side(runs: list[pd.DataFrame], by: list[str],
 
 
 def _one(sel: pd.DataFrame) -> str:
-    """The configuration (run id) a selection of runs is, the most frequent if several."""
-    return sel.run_id.mode().iloc[0]
+    """The configuration a selection of runs is (runs of one resolved spec under several run ids
+    are one: metrics.configuration_ids), the most frequent if several."""
+    return sel[CONFIG].mode().iloc[0]
+
+
+CONFIG = "configuration"  # the runs table's column the comparisons group by
 
 
 @dataclass
@@ -87,6 +91,10 @@ class Study:
     trace_of: str = ""  # which run the trace is: "run `<id>` repeat <k>"
     n_expert: int = 0
     _pools: dict = field(default_factory=dict, repr=False)  # value -> stats.Pool, made once
+
+    def __post_init__(self):
+        if CONFIG not in self.runs:  # a table from before the column: each run id its own
+            self.runs = self.runs.assign(**{CONFIG: metrics.configuration_ids(self.runs)})
 
     @classmethod
     def of(cls, runs: pd.DataFrame, all_runs: pd.DataFrame, layouts: dict, q4: str, q2: str,
@@ -114,7 +122,7 @@ class Study:
         key = value or self.value
         if key not in self._pools:
             ok = self.ok(any_wait_policy=True)
-            self._pools[key] = stats.Pool.of(ok[ok[key] > 0], key)
+            self._pools[key] = stats.Pool.of(ok[ok[key] > 0], key, by=CONFIG)
         return self._pools[key]
 
     def compare(self, a: pd.DataFrame, b: pd.DataFrame, value: str | None = None) -> stats.Interval:
@@ -233,13 +241,39 @@ class LruTrendFinding(Finding):
         if len(budgets) < MIN_BUDGETS:
             return Outcome(Verdict(INCONCLUSIVE, f"{len(budgets)} budget(s) with ok runs; the trend "
                                                  f"needs {MIN_BUDGETS}"))
-        iv = stats.sweep_change(lru, "lru_budget_mb", st.value, pool=st.pool())
-        falls = stats.Interval(-iv.estimate, iv.se, iv.df, iv.n_a, iv.n_b, iv.method)
-        v = stats.faster(falls, what=f"tok/s at {budgets[0]} MB over {budgets[-1]} MB (fitted line)")
-        t = pd.DataFrame([{"budgets_mb": " ".join(map(str, budgets)), "runs": iv.n_a,
-                           **_interval_columns(iv, "change_across_sweep"), "verdict": v.verdict}])
-        notes = [stats.equivalent(iv, what="no trend against the budget (equivalence, +-10%)").reason]
-        return Outcome(v, {"finding1b_lru_trend": t}, notes)
+        fit = stats.lack_of_fit(lru, "lru_budget_mb", st.value)
+        tables = {}
+        if fit.fits:
+            iv = stats.sweep_change(lru, "lru_budget_mb", st.value, pool=st.pool())
+            falls = stats.Interval(-iv.estimate, iv.se, iv.df, iv.n_a, iv.n_b, iv.method)
+            v = stats.faster(falls, what=f"tok/s at {budgets[0]} MB over {budgets[-1]} MB "
+                                         "(fitted line)")
+            notes = [stats.equivalent(iv, what="no trend against the budget (equivalence, "
+                                               "+-10%)").reason]
+            row = {**_interval_columns(iv, "change_across_sweep"), "runs": iv.n_a}
+        else:
+            # the line is not the data: each budget against the smallest instead, a family
+            parts, rows = [], []
+            small = lru[lru.lru_budget_mb == budgets[0]]
+            for b in budgets[1:]:
+                pv = stats.faster(st.compare(small, lru[lru.lru_budget_mb == b]),
+                                  what=f"{budgets[0]} MB over {b} MB")
+                parts.append(pv)
+                rows.append({"lru_budget_mb": b, "against_mb": budgets[0],
+                             **_interval_columns(pv.interval), "verdict": pv.verdict})
+            v = stats.family(parts, "tok/s at the smallest budget at least 10% above every "
+                                    "larger one (per budget: a line does not fit)")
+            tables["finding1b_per_budget"] = pd.DataFrame(rows)
+            notes = []
+            row = {"runs": len(lru)}
+        notes.append(f"Lack of fit of a line through the budgets' mean log tok/s: F {fit.f:.3g} "
+                     f"on {fit.df_lof} and {fit.df_pe} df, p {fit.p:.3g} "
+                     f"({'the line fits' if fit.fits else 'a line is not the data'}); the means "
+                     f"are {fit.monotone} in the budget.")
+        tables = {"finding1b_lru_trend": pd.DataFrame([{
+            "budgets_mb": " ".join(map(str, budgets)), **row, "lack_of_fit_p": fit.p,
+            "monotone": fit.monotone, "verdict": v.verdict}]), **tables}
+        return Outcome(v, tables, notes)
 
 
 class SkewFinding(Finding):
@@ -342,7 +376,7 @@ class GapFinding(Finding):
         ok = st.ok()
         if ok.empty or not st.dense_ceiling:
             return Outcome(Verdict(INCONCLUSIVE, "no ok runs or no dense compute ceiling"))
-        best_id = ok.groupby("run_id")[st.value].median().idxmax()
+        best_id = ok.groupby(CONFIG)[st.value].median().idxmax()
         iv = stats.against_constant(st.pool(), best_id, st.dense_ceiling)
         parts = [stats.above(iv, FAR_BELOW, f"dense ceiling over the best ({best_id})")]
         rows = []
@@ -360,7 +394,7 @@ class GapFinding(Finding):
                          "io_share_of_token_min": share.min(), "io_share_of_token_max": share.max(),
                          "io_share_source": how, "verdict": parts[-1].verdict})
         t = pd.DataFrame([{"best_run_id": best_id, "best_tok_per_s_median":
-                           ok[ok.run_id == best_id][st.value].median(),
+                           ok[ok[CONFIG] == best_id][st.value].median(),
                            "dense_compute_ceiling": st.dense_ceiling,
                            "moe_compute_ceiling": st.moe_ceiling, "gap_x": iv.ratio[0],
                            "gap_ci90_low": iv.ratio[1], "gap_ci90_high": iv.ratio[2]}])
@@ -414,9 +448,9 @@ class MechanismsFinding(Finding):
         rows, parts = [], []
         # every Q4_K_M configuration but the LRU budgets (finding 1 judges those)
         runs = st.study_wait(st.runs)
-        q4 = runs[(runs.model == st.q4) & (runs.run_id != _one(base))
+        q4 = runs[(runs.model == st.q4) & (runs[CONFIG] != _one(base))
                   & (runs.mechanism != "lru-odirect")]
-        for run_id, g in q4.groupby("run_id", sort=False):
+        for run_id, g in q4.groupby(CONFIG, sort=False):
             ok = g[g.status == Status.OK.value]
             if ok.empty:
                 v = Verdict(INCONCLUSIVE, f"{run_id}: no ok run ({', '.join(sorted(set(g.status)))})")
@@ -471,8 +505,8 @@ class LookaheadFinding(Finding):
                                ("study's best", g[g.mechanism.isin(STUDY_MECHANISMS)]),
                                ("ours best", g[~g.mechanism.isin(STUDY_MECHANISMS + ("lookahead",))])):
                 if len(sel):
-                    rid = sel.groupby("run_id")[st.value].median().idxmax()
-                    best[label] = (rid, sel[sel.run_id == rid])
+                    rid = sel.groupby(CONFIG)[st.value].median().idxmax()
+                    best[label] = (rid, sel[sel[CONFIG] == rid])
             la_id, la_tok = best["lookahead"]
             for label in ("study's best", "ours best"):
                 if label not in best:
@@ -505,11 +539,11 @@ class DesignedMechanismFinding(Finding):
         if new.empty or best.empty:
             return Outcome(Verdict(INCONCLUSIVE, "no odirect-cache or pread+madvise+mlock runs"))
         # the best odirect-cache configuration (its budgets, depths, predictions may be swept)
-        rid = new.groupby("run_id")[st.value].median().idxmax()
-        v = stats.above(st.compare(new[new.run_id == rid], best), DESIGNED_SPEEDUP,
+        rid = new.groupby(CONFIG)[st.value].median().idxmax()
+        v = stats.above(st.compare(new[new[CONFIG] == rid], best), DESIGNED_SPEEDUP,
                         f"{rid} over pread+madvise+mlock")
         # which part of the token it shrank: the attribution of both, side by side
-        shares = _attribution_side_by_side([new[new.run_id == rid], best], ["run_id"],
+        shares = _attribution_side_by_side([new[new[CONFIG] == rid], best], [CONFIG],
                                            ["mechanism_s_per_token", "bytes_warm_start"])
         t = pd.DataFrame([{"odirect_cache": rid, "against": _one(best),
                            **_interval_columns(v.interval), "threshold": DESIGNED_SPEEDUP, "verdict": v.verdict}])
@@ -541,7 +575,7 @@ class WaitPolicyFinding(Finding):
             return Outcome(Verdict(INCONCLUSIVE, "no pread+madvise+mlock runs with another wait "
                                                  "policy"))
         # which part of the token the policy moved: spinning shows as user CPU and throttling
-        shares = _attribution_side_by_side(parts, ["run_id", "omp_wait_policy"],
+        shares = _attribution_side_by_side(parts, [CONFIG, "omp_wait_policy"],
                                            ["cg_user_s_per_token"])
         # the claim is passive waiting's; active spinning is shown beside it
         v = next((v for v, r in zip(verdicts, rows) if r["omp_wait_policy"] == "passive"),

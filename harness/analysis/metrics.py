@@ -22,7 +22,7 @@ WIDE_SPREAD = 0.25  # (max-min)/median above this: flagged `wide_spread` in the 
 
 def run_row(record_path: Path) -> dict:
     """runs.csv's row of one run record: exactly the columns harness.record.RUN_COLUMNS declares
-    but the last two (runs_table adds them), in that order."""
+    but the last three (runs_table adds them), in that order."""
     rec = read_run(record_path)
     spec = rec.spec
     tok = pd.read_csv(Path(record_path).parent / "tokens.csv")
@@ -73,7 +73,7 @@ def run_row(record_path: Path) -> dict:
         "start_utc": rec.start_utc, "end_utc": rec.end_utc,
         "record": str(record_path),
     }
-    declared = RUN_FIELDS[:-2]
+    declared = RUN_FIELDS[:-3]
     if set(row) != set(declared):
         raise ValueError(f"run_row: columns not declared in harness.record.RUN_COLUMNS: "
                          f"{sorted(set(row) - set(declared))}; declared but not written: "
@@ -259,10 +259,41 @@ def disturbed_repeats(record_paths: list) -> list[dict]:
 
 def runs_table(record_paths: list) -> pd.DataFrame:
     """One row per run record, with `flag_reason` and `disturbed` (left out of the verdicts)."""
-    table = pd.DataFrame([run_row(Path(p)) for p in record_paths], columns=RUN_FIELDS[:-2])
+    table = pd.DataFrame([run_row(Path(p)) for p in record_paths], columns=RUN_FIELDS[:-3])
+    table["configuration"] = configuration_ids(table)
     table["flag_reason"] = flag_reason(table)
     table["disturbed"] = table.flag_reason != ""
     return table
+
+
+# what does not change what a run measures: how often, and how long it may take
+NOT_MEASURED = ("repeats", "time_limit_s")
+
+
+def configuration_ids(runs: pd.DataFrame) -> pd.Series:
+    """Per run, the configuration it measures: runs whose resolved spec is the same (profile,
+    model and every run parameter the table carries, `auto` resolved as the record holds it,
+    repeats and time limit aside) are one configuration, named by the first of their run ids
+    in sorted order, whatever ids they were measured under."""
+    if runs.empty:
+        return pd.Series(dtype=str)
+    keys = [c for c in ("profile", "model", *parameters.RUN_KEYS) if c not in NOT_MEASURED]
+    if not set(keys) <= set(runs):
+        # a table without every parameter (an older runs.csv, a hand-made one) cannot say which
+        # run ids are the same configuration: each is its own
+        return runs.run_id.rename("configuration")
+    key = runs[keys].astype(str).agg("\x1f".join, axis=1)
+    first = runs.assign(_key=key).groupby("_key").run_id.min()
+    return key.map(first).rename("configuration")
+
+
+def merged_configurations(runs: pd.DataFrame) -> pd.DataFrame:
+    """The configurations measured under more than one run id, and those ids."""
+    conf = runs["configuration"] if "configuration" in runs else configuration_ids(runs)
+    ids = runs.assign(configuration=conf).groupby("configuration").run_id.unique()
+    rows = [{"configuration": c, "run_ids": ", ".join(sorted(v)), "runs": int((conf == c).sum())}
+            for c, v in ids.items() if len(v) > 1]
+    return pd.DataFrame(rows, columns=["configuration", "run_ids", "runs"])
 
 
 def summarize(runs: pd.DataFrame, value: str = "tok_per_s") -> pd.DataFrame:

@@ -346,6 +346,12 @@ def _configurations(w: Writer, d: Loaded, inputs: RegimeInputs) -> pd.DataFrame:
            "(hook_s_per_token x tok/s). `mechanism_s_per_token`: wall time in the mechanism's "
            "own calls (its per-layer work and, for lookahead, its prediction), apart from the "
            "hook's.\n")
+    merged = metrics.merged_configurations(d.all_runs)
+    if len(merged):
+        w.text("Run ids whose resolved spec is the same (after `auto` and the defaults) are one "
+               "configuration wherever the findings compare them, named by the first of the "
+               "ids; runs.csv `configuration`:\n")
+        w.table("merged_configurations", merged, "runs_table")
     dist = tables.disturbed_repeats(d.all_runs)
     w.text(f"### Repeats left out of the verdicts: {len(dist)}\n")
     w.text("A repeat the machine disturbed, by its recorded counters, is left out of the verdicts "
@@ -423,10 +429,11 @@ def _closing(w: Writer, d: Loaded, verdicts_by: dict[str, list[dict]]) -> None:
                "a finding holds in one regime and not in another.\n")
     w.table("verdicts", tables.verdicts_side_by_side(verdicts_by, unenforced), "findings")
     w.text("## Caveats\n")
-    w.text("- A shared, noisy machine: each comparison is a ratio of steady tok/s (the first "
-           "generated token left out) with a 90% confidence interval from the runs, the variance "
-           "pooled across configurations (Welch for a configuration an F test finds clearly "
-           "noisier); a directional claim needs its interval above no change and an estimate of "
+    w.text("- A shared, noisy machine: each comparison is a ratio of steady tok/s (over each "
+           "run's measured window) with a 90% confidence interval from the runs, each "
+           "configuration's variance moderated toward what all of them share (an empirical-Bayes "
+           "prior; Welch-Satterthwaite's df); a directional claim needs its interval above no "
+           "change and an estimate of "
            "at least 10%, fails when the interval excludes 10%, and is inconclusive otherwise; "
            "families are refuted only after Holm's correction (`harness/analysis/stats.py`). Tables show "
            "medians with min-max; a spread over 25% of the median is flagged `wide_spread`.\n"
