@@ -126,7 +126,9 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
     out.mkdir(parents=True, exist_ok=True)
     with measurelock.interruptible(watch_pid), \
             measurelock.exclusive(f"run {spec['run_id']} rep {spec.get('repeat')}"):
-        record_check = _check_model_unchanged(model_info)
+        # the identity record beside the layout (results/models), never in a user's own
+        # directory, where a `source: path` model lives
+        record_check = _check_model_unchanged(model_info, Path(layout_path).parent)
         model_stat = _stat_key(model_path)
         _reap_leftovers(out, Path(model_path).parent)
         for stale in (out / "run.incomplete.json", out / "run.failed.json"):
@@ -190,17 +192,19 @@ def _stat_key(path: str) -> tuple:
     return st.st_size, st.st_mtime_ns, st.st_ino
 
 
-def _check_model_unchanged(model_info: dict) -> str | None:
+def _check_model_unchanged(model_info: dict, verified_dir: Path | None = None) -> str | None:
     """The model's bytes against the sha256 recorded when it was made, before anything is
     measured: a changed file stops the pipeline instead of producing numbers for a different
-    model. The full sha256 is read once per file and identity (size, mtime, inode, kept beside
-    the model in <model>.verified.json); a run of a file whose identity has not changed since
-    checks that only. Returns how it was checked: `identity`, `sha256` or None (no sha256)."""
+    model. The full sha256 is read once per file and identity (size, mtime, inode, kept in
+    `verified_dir`/<model file>.verified.json, default beside the model); a run of a file whose
+    identity has not changed since checks that only. Returns how it was checked: `identity`,
+    `sha256` or None (no sha256)."""
     want = model_info.get("sha256")
     if not want:
         return None
     path = Path(model_info["path"])
-    if verified_identity(path, want):
+    record = _verified_file(path, verified_dir)
+    if verified_identity(path, want, record):
         return "identity"
     got = sha256_file(path)
     if got != want:
@@ -208,20 +212,20 @@ def _check_model_unchanged(model_info: dict) -> str | None:
                         f"{got[:16]}..., recorded {want[:16]}...): measurements would describe a "
                         "different model. Delete it and its .info.json to have it made again.")
     size, mtime_ns, ino = _stat_key(str(path))
-    atomic_write_json(_verified_file(path), {"sha256": got, "size": size, "mtime_ns": mtime_ns,
-                                             "ino": ino})
+    atomic_write_json(record, {"sha256": got, "size": size, "mtime_ns": mtime_ns, "ino": ino})
     return "sha256"
 
 
-def _verified_file(model: Path) -> Path:
-    return model.with_name(model.name + ".verified.json")
+def _verified_file(model: Path, directory: Path | None = None) -> Path:
+    return (directory or model.parent) / (model.name + ".verified.json")
 
 
-def verified_identity(model: Path, sha256: str) -> bool:
-    """The file is the one whose sha256 was last read in full and matched `sha256`: the same
-    size, modification time and inode as then (a write or a replacement changes one of them)."""
+def verified_identity(model: Path, sha256: str, record: Path) -> bool:
+    """The file is the one whose sha256 was last read in full and matched `sha256` (`record`
+    says): the same size, modification time and inode as then (a write or a replacement changes
+    one of them)."""
     try:
-        v = json.loads(_verified_file(model).read_text())
+        v = json.loads(record.read_text())
     except (OSError, ValueError):
         return False
     return v.get("sha256") == sha256 and [v.get("size"), v.get("mtime_ns"), v.get("ino")] == \
