@@ -115,11 +115,14 @@ class DeviceReadahead:
 
 
 def restore_all_leftovers() -> list[dict]:
-    """Restore every device a dead run left changed (cleanup after a hard kill)."""
+    """Restore every device a dead run left changed (cleanup after a hard kill); a live
+    process's setting, this one's included, is not a leftover."""
     out = []
     for sf in sorted(STATE_DIR.glob("read_ahead-*.json")) if STATE_DIR.is_dir() else []:
         with contextlib.suppress(OSError, ValueError, KeyError, BoxError):
             state = json.loads(sf.read_text())
+            if state.get("pid") == os.getpid():
+                continue
             r = DeviceReadahead(state["device"], None).restore_leftover()
             if r:
                 out.append(r)
