@@ -191,6 +191,10 @@ static bool add_missing(struct moe_hook *h, int32_t layer, const int32_t *expert
     return true;
 }
 
+/* sizeof(struct moe_hook): the worker checks its ctypes mirror against it before using a
+ * library built from another version of this file */
+size_t moe_hook_struct_size(void) { return sizeof(struct moe_hook); }
+
 /* The missing bytes of the layer's given experts as the hook measures them (tests compare the
  * two methods with Python's mincore); -1 on error (h->error says which). */
 int64_t moe_hook_missing(struct moe_hook *h, int32_t layer, const int32_t *experts, int32_t n) {

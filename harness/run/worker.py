@@ -156,6 +156,12 @@ class NativeRouting:
     def __init__(self, hook: "RoutingHook", lib_path: str, observe_cb, n_rows_max: int):
         lay, mapped = hook.layout, hook.mechanism.model
         self.hook, self.lib = hook, ctypes.CDLL(lib_path)
+        self.lib.moe_hook_struct_size.restype = ctypes.c_size_t
+        if self.lib.moe_hook_struct_size() != ctypes.sizeof(NativeHook):
+            raise WorkerError(f"{lib_path} was built from another hook.c (struct moe_hook of "
+                              f"{self.lib.moe_hook_struct_size()} bytes, this worker's "
+                              f"{ctypes.sizeof(NativeHook)}): rebuild it (snakemake --forcerun "
+                              "build_llama)")
         n_layer, n_expert = lay.n_layer, lay.n_expert
         self.is_moe = (ctypes.c_uint8 * n_layer)(*(int(i in lay.by_layer) for i in range(n_layer)))
         size = n_layer * n_expert * MOE_MAX_SLABS

@@ -5,6 +5,8 @@
 rule build_llama:
     input:
         patch=os.path.join(workflow.basedir, "harness", "build", "llama.cpp.patch"),
+        # the routing hook's source: a new one is built (cached by its sha256) into the manifest
+        hook=os.path.join(workflow.basedir, "harness", "build", "hook.c"),
     output:
         manifest=MANIFEST,
     params:
