@@ -521,8 +521,8 @@ def test_native_ask_path_observes_exactly_what_python_did(manifest, tiny_models,
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "experts.csv"),
                                   pd.read_csv(native_dir / "experts.csv"))
     s = native_rec.summary
-    assert s["hook_nodes_passed"] == s["hook_calls"] == 4 * 13  # 4 layers, prompt + 12 tokens
-    assert s["hook_nodes_asked"] > 10 * s["hook_nodes_passed"]  # the rest never reached Python
+    assert s.hook_nodes_passed == s.hook_calls == 4 * 13  # 4 layers, prompt + 12 tokens
+    assert s.hook_nodes_asked > 10 * s.hook_nodes_passed  # the rest never reached Python
 
 
 def test_hook_ab_switches_the_hook_off_for_every_other_token(manifest, tiny_models, tmp_path,
@@ -599,10 +599,10 @@ def test_odirect_cache_keeps_nothing_at_budget_0_and_hits_when_it_may_keep(odire
     for rec in (rec0, rec9):
         assert rec.status == "ok" and rec.summary.byte_accounting_ok is True
     # budget 0: every routed slab is read again at every layer of every token
-    assert rec0["summary"]["cache_hits"] == 0
+    assert rec0.summary.cache_hits == 0
     assert (tok0.bytes_read == tok0.bytes_routed).all()
     # a budget that holds the model: an expert routed again is not read again
-    assert rec9["summary"]["cache_hits"] > 0
+    assert rec9.summary.cache_hits > 0
     assert tok9.bytes_read.sum() < tok9.bytes_routed.sum()
     assert tok9.bytes_read.iloc[0] == tok9.bytes_routed.iloc[0]  # the prompt starts cold
     # memory follows the budget: what it keeps shows in the process's resident set
@@ -614,7 +614,7 @@ def test_odirect_cache_warm_start_copies_what_the_load_cached_within_its_budget(
     cold_rec, cold = odirect_runs["b900"]
     small_rec, _ = odirect_runs["b1-warm"]
     for r in (rec, small_rec):
-        assert r["status"] == "ok" and r["summary"]["byte_accounting_ok"] is True
+        assert r.status == "ok" and r.summary.byte_accounting_ok is True
     assert cold_rec.summary.bytes_warm_start == 0  # evicted: nothing resident to copy
     # the load leaves the tiny model cached: its slabs start in the cache, so the prompt reads
     # less than it routes, and the run less than the cold one
@@ -644,19 +644,19 @@ def test_keep_cache_skips_the_cold_start_only_for_a_model_wholly_cached(manifest
     real = pagecache.cold_start
     monkeypatch.setattr(supervise.pagecache, "cold_start", lambda p: evictions.append(p) or real(p))
     # the sha256 check reads the whole file, which would cache it again before the switch looks
-    monkeypatch.setattr(supervise, "_check_model_unchanged", lambda info: None)
+    monkeypatch.setattr(supervise, "_check_model_unchanged", lambda info, *where: None)
     pagecache.evict(model["info"]["path"])
     assert pagecache.residency(model["info"]["path"]) < 0.5
     s = spec("none", tokens=2, warm=True, keep_cache=True)
     # not cached: evicted and read whole as without the switch
     first = run(manifest, model, tmp_path / "first", s)
-    assert first["status"] == "ok" and len(evictions) == 1
-    assert first["residency_at_start"] > 0.999
+    assert first.status == "ok" and len(evictions) == 1
+    assert first.residency_at_start > 0.999
     # wholly cached now: neither evicted nor re-read, and the record says it started cached
     again = run(manifest, model, tmp_path / "again", s)
-    assert again["status"] == "ok" and len(evictions) == 1
-    assert again["residency_before"] == again["residency_at_start"] > 0.999
-    assert again["spec"]["keep_cache"] is True
+    assert again.status == "ok" and len(evictions) == 1
+    assert again.residency_before == again.residency_at_start > 0.999
+    assert again.spec.keep_cache is True
 
 
 def test_a_dense_model_under_a_prefetch_mechanism_is_refused_before_anything_runs(

@@ -25,9 +25,13 @@ def test_the_window_chosen_is_past_the_settling_and_long_enough():
     for runs in (settling, flat):
         for r in runs:
             assert steady.doubling_change(r, window.warmup, window.length) < 0.03
-    # nothing that settles within the runs: no window
-    drifting = [np.linspace(1.0, 4.0, 96) for _ in range(2)]
-    assert steady.choose_window({"drifts": drifting}, 96)[0] is None
+    # tokens whose times vary a lot with what they route need a long window, and a short run
+    # has none
+    rough = [1.0 + 0.3 * np.sign(np.sin(np.arange(96) * 2.1)) * rng.random(96) for _ in range(2)]
+    long_window, _ = steady.choose_window({"rough": rough}, 96)
+    flat_window, _ = steady.choose_window({"flat": flat}, 96)
+    assert long_window is not None and long_window.length > 2 * flat_window.length
+    assert steady.choose_window({"rough": [r[:30] for r in rough]}, 30)[0] is None
     assert len(table) > 100
 
 

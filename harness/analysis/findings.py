@@ -62,7 +62,8 @@ def _attribution_side_by_side(runs: list[pd.DataFrame], by: list[str],
     shrank. Columns older records lack are left out."""
     both = pd.concat(runs)
     cols = [c for c in by + ATTRIBUTION_COLUMNS + extra if c in both]
-    return both[cols].groupby(by).median().reset_index()
+    # a configuration is named by the first of its run ids: the table says run_id
+    return both[cols].groupby(by).median().reset_index().rename(columns={CONFIG: "run_id"})
 
 
 def _one(sel: pd.DataFrame) -> str:

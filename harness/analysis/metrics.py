@@ -371,14 +371,15 @@ def locality(experts: pd.DataFrame, max_distance: int = 16) -> pd.DataFrame:
 
 def belady_hits(requests: list[set], size: int) -> list[tuple[int, object, bool]]:
     """Belady's optimal cache of `size` entries over steps of requested keys: (step, key, hit) for
-    every request in order. On a miss with a full cache it evicts the key used farthest ahead."""
+    every request in order. On a miss with a full cache the key used farthest ahead is not kept:
+    a cached one (evicted), or the requested one itself (read, and not cached)."""
     flat = [(t, e) for t, s in enumerate(requests) for e in sorted(s)]
     next_use = {}
     nxt = [0] * len(flat)
     for i in range(len(flat) - 1, -1, -1):
         t, e = flat[i]
         nxt[i] = next_use.get(e, float("inf"))
-        next_use[e] = t
+        next_use[e] = i  # the request's place in the whole sequence, not only its step
     cache: dict = {}
     out = []
     for i, (t, e) in enumerate(flat):
@@ -387,7 +388,11 @@ def belady_hits(requests: list[set], size: int) -> list[tuple[int, object, bool]
             out.append((t, e, False))
             continue
         if not hit and len(cache) >= size:
-            del cache[max(cache, key=cache.get)]
+            victim = max(cache, key=cache.get)
+            if nxt[i] >= cache[victim]:  # the new key is needed last of all: keep the others
+                out.append((t, e, False))
+                continue
+            del cache[victim]
         cache[e] = nxt[i]
         out.append((t, e, hit))
     return out

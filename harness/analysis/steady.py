@@ -46,13 +46,23 @@ class Window:
         return self.warmup + self.length
 
 
+# a window is judged with the windows of its length that start at most this many tokens later
+# (where exactly it starts must not decide whether it passes), and must pass for this share of them
+STARTS_JUDGED = 24
+PASS_SHARE = 0.9
+
+
 def choose_window(curves: dict[str, list], max_tokens: int,
                   tolerance: float = DOUBLING_TOLERANCE) -> tuple[Window | None, pd.DataFrame]:
-    """The shortest window (fewest tokens: warm-up plus measured) whose figure moves by less than
-    `tolerance` when doubled, for every configuration: `curves` maps a configuration to its
-    runs' per-generated-token wall times; a configuration's change is the median over its runs.
-    Returns the window (None if no window of the runs' length qualifies) and the table of every
-    candidate (warmup, length, the largest configuration's change, which one)."""
+    """The window for these settling runs: `curves` maps a configuration to its runs'
+    per-generated-token wall times; a window (warm-up w, length L) passes when every
+    configuration's figure (the median over its runs) moves by less than `tolerance` when the
+    window is doubled. A token's time varies with what it routes, so a short window can pass
+    by the luck of its tokens: (w, L) qualifies when it passes and so do PASS_SHARE of the
+    windows of length L starting at w .. w + STARTS_JUDGED - 1; the chosen one needs the fewest
+    tokens (w + L). Returns it (None if none qualifies) and the table of every candidate
+    (warmup, length, the largest configuration's change and which one, passes, and the share of
+    the later starts that pass)."""
     rows = []
     for warmup in range(1, max_tokens):
         for length in range(2, (max_tokens - warmup) // 2 + 1):
@@ -62,10 +72,20 @@ def choose_window(curves: dict[str, list], max_tokens: int,
             rows.append({"warmup": warmup, "length": length, "tokens": warmup + 2 * length,
                          "worst_change": changes[worst], "worst": worst})
     table = pd.DataFrame(rows)
-    ok = table[table.worst_change < tolerance]
+    if table.empty:
+        return None, table
+    table["passes"] = table.worst_change < tolerance
+    passing = {(int(r.warmup), int(r.length)): bool(r.passes) for r in table.itertuples()}
+
+    def later_share(w: int, n: int) -> float:
+        starts = [passing.get((k, n)) for k in range(w, w + STARTS_JUDGED)]
+        return float("nan") if None in starts else sum(starts) / len(starts)
+
+    table["later_share"] = [later_share(int(w), int(n))
+                            for w, n in zip(table.warmup, table.length, strict=True)]
+    ok = table[table.passes & (table.later_share >= PASS_SHARE)]
     if ok.empty:
         return None, table
-    # the fewest tokens a run must decode: warm-up plus the measured window (not its double)
     best = ok.assign(run_tokens=ok.warmup + ok.length).sort_values(
         ["run_tokens", "worst_change"]).iloc[0]
     return Window(int(best.warmup), int(best.length)), table

@@ -293,12 +293,12 @@ def llama_bench(bench: str, model: str, threads: int, tokens: int, load_mode: st
         rec["tok_per_s"] = data[0]["avg_ts"] if data else None
         rec["samples_ts"] = data[0].get("samples_ts") if data else None
         rec["fastest_tok_per_s"] = max(rec["samples_ts"] or [rec["tok_per_s"] or 0.0]) or None
-        rec.status = Status.OK.value
+        rec["status"] = Status.OK.value
     else:
         rec["tok_per_s"] = None
         # a stock tool killed inside the budget is a result too (llama-bench repacks weights
         # into anonymous memory by default, so it cannot run where the harness can)
-        rec.status = (Status.MEMORY.value if in_force.get("oom_killed")
+        rec["status"] = (Status.MEMORY.value if in_force.get("oom_killed")
                          else f"{Status.FAILED.value} (exit {rc})")
     return rec
 

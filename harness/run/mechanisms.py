@@ -200,10 +200,10 @@ class PreadMadvise(Mechanism):
                 t0 = time.perf_counter()
                 n = os.preadv(self.model.fd, [self.view[: s.nbytes]], s.offset)
                 t1 = time.perf_counter()
+                self.c.pread_s += t1 - t0
                 if self.advise:
                     madvise(self.model.base + s.offset, s.nbytes, MADV_WILLNEED)
-                self.c.pread_s += t1 - t0
-                self.c.madvise_s += time.perf_counter() - t1
+                    self.c.madvise_s += time.perf_counter() - t1
                 self.c.bytes_read += n
 
 
