@@ -69,7 +69,7 @@ def load(out: Path) -> dict:
     return curves
 
 
-def analyse(out: Path) -> None:
+def analyse(out: Path, proposed: tuple[int, int] | None = None) -> None:
     """The settling curves (a plot beside the runs), the window chosen per regime and for both,
     and each configuration's figure over it: printed as Markdown for docs/benchmarks.md."""
     import matplotlib
@@ -120,7 +120,9 @@ def analyse(out: Path) -> None:
                       f"warm-ups 1-{steady.STARTS_JUDGED}; worst change, median "
                       f"{sub.worst_change.median():.1%}, 90th percentile "
                       f"{sub.worst_change.quantile(0.9):.1%}")
-    window = chosen.get("both")
+    window = steady.Window(*proposed) if proposed else chosen.get("both")
+    if proposed:
+        print(f"\nThe window evaluated below: warm-up {window.warmup}, measure {window.length}.")
     print("\n| regime | configuration | repeat | tokens 1-5 tok/s | "
           + (f"window tok/s ({window.warmup + 1}-{window.tokens}) | doubled | drift |"
              if window else "") + " MB read/token in window |")
@@ -147,9 +149,10 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--config", type=Path, default=ROOT / "config/experiments.yaml")
     ap.add_argument("--analyse", action="store_true", help="analyse the finished runs in OUT")
+    ap.add_argument("--window", help="WARMUP,LENGTH: evaluate this window in the table")
     a = ap.parse_args()
     if a.analyse:
-        analyse(a.out)
+        analyse(a.out, tuple(int(x) for x in a.window.split(",")) if a.window else None)
         return 0
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
     config = yaml.safe_load(a.config.read_text())

@@ -196,7 +196,8 @@ def test_edits_that_change_no_measurement_plan_none(pipeline, tmp_path):
     for what, (c, sort_keys) in edits.items():
         f = tmp_path / f"{what}.yaml"
         f.write_text(yaml.safe_dump(c, sort_keys=sort_keys))
-        out = snakemake(pipeline, "-n", "--configfile", str(f), "results/final").stdout
+        # the target first: --configfile takes every argument after it as a file
+        out = snakemake(pipeline, "-n", "results/final", "--configfile", str(f)).stdout
         for rule in MEASUREMENTS:
             assert not re.search(rf"^{rule}\S*\s+\d+$", out, re.M), (what, rule, out[-3000:])
         outputs = " ".join(re.findall(r"^\s+output: (.*)$", out, re.M))
