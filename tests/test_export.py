@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.analysis import latency
 from harness.report import export
 from harness.run import progress
 
@@ -49,7 +50,7 @@ def test_llama_bench_records_carry_its_field_names_and_ours(tmp_path):
 def test_latency_percentiles_per_configuration_over_every_repeats_tokens(tmp_path):
     runs = pd.DataFrame([make_run(tmp_path, "a", 1, 4.0, [9.0] + [1.0] * 99),
                          make_run(tmp_path, "a", 2, 2.0, [9.0] + [1.0] * 96 + [10.0] * 3)])
-    t = export.latency_table(runs, tmp_path).set_index("run_id")
+    t = latency.latency_table(runs, tmp_path).set_index("run_id")
     assert t.loc["a", "tokens"] == 198
     assert t.loc["a", "latency_p50_s"] == 1.0 and t.loc["a", "latency_p99_s"] > 1.0
     assert t.loc["a", "ttft_s_median"] == pytest.approx(12.0)  # 13 and 11

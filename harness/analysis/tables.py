@@ -211,3 +211,8 @@ def unenforced_count(all_runs: pd.DataFrame) -> int:
     """Runs (repeats) measured without the profile's limits."""
     return int((~all_runs.limits_enforced.astype(bool)).sum()) if "limits_enforced" in all_runs \
         else 0
+
+
+def identity_ok_median(attribution_table: pd.DataFrame) -> float:
+    """The median over configurations of the share of tokens whose parts explain their time."""
+    return float(attribution_table.identity_ok_share.median())

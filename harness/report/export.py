@@ -1,7 +1,7 @@
 """The formats people who benchmark LLM inference already read: one JSON Lines record per
 configuration and repeat in llama-bench's field names (as `llama-bench -o jsonl` writes them, so
-llama.cpp's own comparison scripts can read it), with this pipeline's own fields beside them; and
-per configuration the time to first token, prompt processing and per-token latency percentiles.
+llama.cpp's own comparison scripts can read it), with this pipeline's own fields beside them
+(the latency table per configuration is harness.analysis.latency's).
 """
 
 from __future__ import annotations
@@ -14,12 +14,7 @@ import pandas as pd
 
 from harness.record import RunRecord, measured_window, read_run
 
-PERCENTILES = (50, 90, 99)
-
-
-def _generated(record_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    tok = pd.read_csv(Path(record_path).parent / "tokens.csv")
-    return tok[tok.phase == "prompt"], tok[tok.phase == "gen"]
+from harness.analysis.latency import PERCENTILES, generated as _generated, ttft as _ttft
 
 
 def llama_bench_record(run: pd.Series, record: RunRecord, root: Path) -> dict:
@@ -64,13 +59,6 @@ def _size(path) -> int | None:
         return None
 
 
-def _ttft(prompt: pd.DataFrame, gen: pd.DataFrame) -> float | None:
-    """Time to first token: the prompt's decode and the first generated token's."""
-    if gen.empty:
-        return None
-    return float(prompt.wall_s.sum() + gen.wall_s.iloc[0])
-
-
 def write_jsonl(runs: pd.DataFrame, root: Path, out: Path) -> int:
     """results/final/llama-bench.jsonl: one line per configuration and repeat."""
     lines = []
@@ -81,26 +69,3 @@ def write_jsonl(runs: pd.DataFrame, root: Path, out: Path) -> int:
         lines.append(json.dumps(llama_bench_record(run, record, root), default=str))
     out.write_text("\n".join(lines) + ("\n" if lines else ""))
     return len(lines)
-
-
-def latency_table(runs: pd.DataFrame, root: Path) -> pd.DataFrame:
-    """Per configuration: time to first token, prompt tok/s and the steady tokens' latency
-    percentiles over every ok repeat's tokens, beside the median token."""
-    rows = []
-    for run_id, g in runs[runs.status == "ok"].groupby("run_id", sort=False):
-        lat, ttft, pp = [], [], []
-        warmup = g.warmup_tokens if "warmup_tokens" in g else [1] * len(g)
-        for rec, w in zip(g.record, warmup, strict=True):
-            prompt, gen = _generated(root / rec)
-            lat += list(measured_window(gen, int(w) if w == w else 1).wall_s)
-            if (t := _ttft(prompt, gen)) is not None:
-                ttft.append(t)
-            if len(prompt) and prompt.wall_s.sum() > 0:
-                pp.append(prompt.n_tokens.sum() / prompt.wall_s.sum())
-        lat = np.asarray(lat, float)
-        rows.append({"run_id": run_id, "repeats": len(g), "tokens": len(lat),
-                     "ttft_s_median": float(np.median(ttft)) if ttft else None,
-                     "prompt_tok_per_s_median": float(np.median(pp)) if pp else None,
-                     **{f"latency_p{p}_s": float(np.percentile(lat, p)) if len(lat) else None
-                        for p in PERCENTILES}})
-    return pd.DataFrame(rows)

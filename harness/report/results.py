@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 
 from harness import parameters
-from harness.analysis import breakdown, findings, limit, metrics, tables
+from harness.analysis import breakdown, findings, latency, limit, metrics, tables
 from harness.analysis.findings import Outcome
 from harness.record import read_run
-from harness.report import captions, export, plots
+from harness.report import captions, plots
 from harness.run import attribution
 
 log = logging.getLogger(__name__)
@@ -286,6 +286,7 @@ def _header(w: Writer, d: Loaded) -> None:
 def _attribution_section(w: Writer, d: Loaded) -> None:
     """The figure a reader should look at first: where each configuration's token time goes."""
     t = attribution.per_configuration(d.all_runs)
+    explained = tables.identity_ok_median(t)
     w.text("## Where a token's time goes\n")
     if t.empty:
         w.text("These runs were recorded without the per-token attribution.\n")
@@ -293,7 +294,7 @@ def _attribution_section(w: Writer, d: Loaded) -> None:
     plots.attribution_plot(w, t)
     w.table("attribution", t, "runs_table")
     w.text(f"Parts of the decoding thread's wall time (`harness/run/attribution.py`): they explain a "
-           f"token within 10% in {t.identity_ok_share.median():.0%} of tokens (median over "
+           f"token within 10% in {explained:.0%} of tokens (median over "
            f"configurations). A run is disk-bound when I/O wait is at least "
            f"{attribution.BOUND_SHARE:.0%} of its mean steady token, CPU-bound when on-CPU time, "
            f"run-queue wait (the quota's throttling included) and sync wait (asleep at a barrier "
@@ -370,7 +371,7 @@ def _configurations(w: Writer, d: Loaded, inputs: RegimeInputs) -> pd.DataFrame:
            "percentiles are over every steady token of every ok repeat (the first generated token "
            "left out). `results/final/llama-bench.jsonl` has each repeat as llama-bench's JSON "
            "record.\n")
-    w.table("latency", export.latency_table(d.all_runs, Path(".")), "runs_table, final")
+    w.table("latency", latency.latency_table(d.all_runs, Path(".")), "runs_table, final")
     w.text("### What the first token sees\n")
     w.text("llama.cpp's mmap load maps the file with MAP_POPULATE and POSIX_MADV_WILLNEED, so the "
            "load reads the model inside the run's RAM budget and decoding starts with part of it "
