@@ -49,6 +49,12 @@ PIPELINE_PID_ENV = "MOE_BENCH_PIPELINE_PID"
 WATCH_EVERY_S = 1.0
 
 
+def mark_pipeline() -> None:
+    """Name this process as the pipeline every job started from here runs under (the workflow
+    calls it when it parses)."""
+    os.environ[PIPELINE_PID_ENV] = str(os.getpid())
+
+
 def pipeline_pid() -> int | None:
     """The pid of the Snakemake that started this process (None outside a pipeline)."""
     try:

@@ -11,7 +11,9 @@ sys.path.insert(0, workflow.basedir)
 # This process starts every job (a job's script runs under it, through a shell), and on a
 # cluster each job's own Snakemake parses this file again: every measurement watches this pid and
 # stops when it is gone (harness.box.measurelock.interruptible)
-os.environ["MOE_BENCH_PIPELINE_PID"] = str(os.getpid())
+from harness.box.measurelock import mark_pipeline
+
+mark_pipeline()
 
 from harness.report import captions as plot_captions
 from harness.report.compare import TABLES as COMPARED_TABLES
