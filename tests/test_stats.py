@@ -227,3 +227,16 @@ def test_on_the_references_own_unequal_variances_intervals_cover_and_equal_pairs
     coverage = covered / total
     assert 0.88 <= coverage <= 0.92, coverage
     assert false / equal_pairs <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / equal_pairs), false
+
+
+def test_a_configuration_of_one_run_among_very_unequal_ones_gets_a_finite_verdict():
+    """One run has no variance of its own: it takes the prior's, however weak; an interval that
+    wide is inconclusive, never an overflow (a .test pipeline once crashed here)."""
+    vals = {"quiet": [1.0, 1.0001], "loud": [0.5, 2.0], "mid": [1.0, 1.1], "one": [3.0]}
+    pool = Pool.of(table(**vals))
+    iv = stats.against_constant(pool, "one", 30.0)
+    v = stats.above(iv, 5.0, "the ceiling over one run")
+    assert v.verdict in (HOLDS, FAILS, INCONCLUSIVE) and "90% CI" in v.reason
+    wide = stats.Interval(0.1, 0.5, 0.05, 1, 0, "test")
+    assert wide.ratio[2] == math.inf or wide.ratio[2] > 1e300
+    assert "e+" in wide.text()  # printed short, not a 300-digit number

@@ -78,7 +78,8 @@ class Pool:
         n, _, v = self.per_config[cfg]
         if not self.d0 < math.inf:
             return self.var, float(self.df)
-        d0 = self.d0 * PRIOR_WEIGHT
+        # a configuration of one run has no variance of its own to protect: the prior's, whole
+        d0 = self.d0 * PRIOR_WEIGHT if n > 1 else self.d0
         own = (n - 1) * v if n > 1 and v == v else 0.0
         var = (d0 * self.s0sq + own) / (d0 + n - 1)
         return (max(var, v) if n > 1 and v == v else var), d0 + n - 1
@@ -117,6 +118,12 @@ def prior(variances: list[tuple[int, float]]) -> tuple[float, float]:
     return d0, math.exp(emean + float(digamma(d0 / 2)) - math.log(d0 / 2))
 
 
+def _exp(x: float) -> float:
+    """exp that gives inf or 0 past a float's range: an interval whose df is a fraction (a
+    configuration of one run, known only through a weak prior) is that wide, not an error."""
+    return math.exp(min(max(x, -700.0), 700.0)) if x == x else x
+
+
 @dataclass(frozen=True)
 class Interval:
     """exp(estimate) is the ratio of geometric-mean tok/s; low/high its 90% interval."""
@@ -142,7 +149,7 @@ class Interval:
 
     @property
     def ratio(self) -> tuple[float, float, float]:
-        return math.exp(self.estimate), math.exp(self.low), math.exp(self.high)
+        return _exp(self.estimate), _exp(self.low), _exp(self.high)
 
     def detectable(self, min_effect: float = 0.0) -> float:
         """The smallest true ratio (> 1) for which the rule as applied holds with POWER: the
@@ -152,7 +159,7 @@ class Interval:
         if not self.df > 0 or not self.se == self.se:
             return float("inf")
         bar = max(sps.t.ppf(1 - ALPHA, self.df) * self.se, math.log1p(min_effect))
-        return math.exp(bar + sps.t.ppf(POWER, self.df) * self.se)
+        return _exp(bar + sps.t.ppf(POWER, self.df) * self.se)
 
     def p_above(self, log_threshold: float) -> float:
         """One-sided p of 'the true difference is at most log_threshold'."""
@@ -167,8 +174,8 @@ class Interval:
         return float(sps.t.cdf((self.estimate - log_threshold) / self.se, self.df))
 
     def text(self) -> str:
-        r, lo, hi = self.ratio
-        return f"{r:.3f} (90% CI {lo:.3f}-{hi:.3f}; n {self.n_a} vs {self.n_b}, {self.method})"
+        r, lo, hi = (f"{x:.3f}" if x < 1e4 else f"{x:.3g}" for x in self.ratio)
+        return f"{r} (90% CI {lo}-{hi}; n {self.n_a} vs {self.n_b}, {self.method})"
 
 
 def compare(pool: Pool, a, b) -> Interval:
