@@ -127,3 +127,17 @@ def canonical(obj):
     if isinstance(obj, list | tuple):
         return type(obj)(canonical(v) for v in obj)
     return obj
+
+
+def sig(x, digits: int = 4):
+    """Round to `digits` significant digits (what both RESULTS.md's CSVs and its text show);
+    what is not a number (None, text, a flag) is returned as it is."""
+    if x is None or isinstance(x, str | bool) or str(getattr(x, "dtype", "")) == "bool":
+        return x
+    try:
+        xf = float(x)
+    except (TypeError, ValueError):
+        return x
+    if xf != xf or xf == 0:
+        return xf
+    return float(f"{xf:.{digits}g}")

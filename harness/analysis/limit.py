@@ -13,6 +13,7 @@ from harness.analysis import metrics
 from harness.analysis.findings import Outcome
 from harness.analysis.stats import FAILS, HOLDS, INCONCLUSIVE, Verdict
 from harness.contract import Status
+from harness.util import sig
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,9 @@ class Ceilings:
     limits: dict
 
 
-def _sig(x, digits: int = 4) -> str:
-    """`digits` significant digits, written as the report writes its rounded numbers."""
-    return str(float(f"{float(x):.{digits}g}"))
+def _s(x) -> str:
+    """A number as RESULTS.md writes it (harness.util.sig)."""
+    return str(sig(x))
 
 
 def distance_to_limit(summ: pd.DataFrame, runs: pd.DataFrame, layouts: dict,
@@ -122,9 +123,9 @@ def _window_floor(trace: pd.DataFrame | None, slab: dict, cache_bytes: float, ru
 def _best_note(model: str, best, mine: pd.DataFrame) -> str:
     """The best configuration of a model, its distance, and what stands in its way."""
     head = (f"Best configuration of `{model}`: `{best.run_id}`, "
-            f"{_sig(best.steady_tok_per_s_median)} steady tok/s, {_sig(best.x_from_floor)}x from "
-            f"its floor of {_sig(best.floor_perfect_overlap_tok_per_s)} tok/s (floor time per "
-            f"token: I/O {_sig(best.floor_io_s)} s, CPU {_sig(best.floor_cpu_s)} s). ")
+            f"{_s(best.steady_tok_per_s_median)} steady tok/s, {_s(best.x_from_floor)}x from "
+            f"its floor of {_s(best.floor_perfect_overlap_tok_per_s)} tok/s (floor time per "
+            f"token: I/O {_s(best.floor_io_s)} s, CPU {_s(best.floor_cpu_s)} s). ")
     way = metrics.in_the_way(mine)
     if not way:
         return head + "Its runs carry no attribution, so what stands in its way is not measured."
@@ -135,8 +136,8 @@ def _best_note(model: str, best, mine: pd.DataFrame) -> str:
             f"mean steady token ({shares}).")
     steady_bytes = best.window_read_bytes_per_token
     if way["part"] == "io_wait" and steady_bytes == steady_bytes and best.floor_bytes_per_token > 0:
-        text += (f" It reads {_sig(steady_bytes / 1e6)} MB a token of its measured window where "
-                 f"the window's floor reads {_sig(best.floor_bytes_per_token / 1e6)} MB "
-                 f"({_sig(steady_bytes / best.floor_bytes_per_token)}x): bytes a better cache or "
+        text += (f" It reads {_s(steady_bytes / 1e6)} MB a token of its measured window where "
+                 f"the window's floor reads {_s(best.floor_bytes_per_token / 1e6)} MB "
+                 f"({_s(steady_bytes / best.floor_bytes_per_token)}x): bytes a better cache or "
                  f"prediction would not read.")
     return head + text

@@ -17,30 +17,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 from harness import parameters
 from harness.analysis import breakdown, findings, latency, limit, metrics, tables
 from harness.analysis.findings import Outcome
 from harness.record import read_run
+from harness.util import sig
 from harness.report import captions, plots
 from harness.run import attribution
 
 log = logging.getLogger(__name__)
-
-
-def sig(x, digits: int = 4):
-    """Round to `digits` significant digits (what both the CSV and RESULTS.md show)."""
-    if x is None or isinstance(x, str | bool | np.bool_):
-        return x
-    try:
-        xf = float(x)
-    except (TypeError, ValueError):
-        return x
-    if math.isnan(xf) or xf == 0:
-        return xf
-    return float(f"{xf:.{digits}g}")
 
 
 def rounded(df: pd.DataFrame) -> pd.DataFrame:
