@@ -424,12 +424,13 @@ RUN_COLUMNS: tuple[RunColumn, ...] = (
               _STEADY),
     RunColumn("warmup_tok_per_s", "tok/s", "the warm-up's rate: the generated tokens before the "
               "window, the first left out", "tokens.csv, warm-up tokens"),
-    RunColumn("window_drift", "fraction", "the per-token time's fitted change across the window "
-              "over its mean (harness.analysis.steady.drift)", _STEADY),
+    RunColumn("window_drift", "fraction", "the fitted change across the window of time per byte "
+              "read (per-token time where a token read nothing), over its mean "
+              "(harness.analysis.steady.drift)", _STEADY),
     RunColumn("window_drift_low", "fraction", "its 90% interval's low end", _STEADY),
     RunColumn("window_drift_high", "fraction", "its high end", _STEADY),
-    RunColumn("window_steady", "", "false: the drift is beyond +-15% and its interval excludes "
-              "none; the repeat is flagged like a disturbed one", _STEADY),
+    RunColumn("window_steady", "", "false: the drift's whole 90% interval is beyond +-15%; the "
+              "repeat is flagged like a disturbed one", _STEADY),
     RunColumn("run_wall_s", "s", "the measured process's wall time, load included", "run.json"),
     RunColumn("prompt_tok_per_s", "tok/s", "the prompt's batched decode", "tokens.csv, prompt"),
     RunColumn("majflt_per_token", "count", "major page faults", _GEN),

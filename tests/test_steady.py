@@ -42,10 +42,31 @@ def test_a_drifting_window_is_not_steady_and_a_flat_one_is():
     assert steady.drift(flat).steady and steady.drift(flat).why == ""
     d = steady.drift(rising)
     assert not d.steady and d.change > 0.4 and "drifts" in d.why
-    # beyond the bound but noisy: its interval includes no change, so it is not called a trend
+    # beyond the bound but noisy: its interval reaches below the bound, so it is not called a trend
     noisy = steady.drift([1.0, 1.9, 0.6, 2.2, 0.9, 1.6])
     assert noisy.change > steady.DRIFT_BOUND and noisy.low < 0 < noisy.high and noisy.steady
     assert steady.drift([1.0, 2.0]).steady  # too few tokens to judge
+    # a clear trend whose interval still reaches inside the bound: not surely beyond it
+    mild = np.linspace(1.0, 1.2, 24) + 0.05 * rng.standard_normal(24)
+    m = steady.drift(mild)
+    assert m.change > steady.DRIFT_BOUND and m.low < steady.DRIFT_BOUND and m.steady
+
+
+def test_the_drift_divides_out_the_bytes_a_token_reads():
+    rng = np.random.default_rng(2)
+    # the tokens' routing reads more as the window goes on, and each byte costs the same: the
+    # time rises with the content, not with the machine
+    read = np.linspace(150e6, 300e6, 32) * (1 + 0.05 * rng.random(32))
+    wall = read / 150e6
+    assert not steady.drift(wall).steady
+    d = steady.drift(wall, read_bytes=read)
+    assert d.steady and d.per_byte and abs(d.change) < 0.01
+    # the same bytes, each costing more as the window goes on: a drift per byte
+    slower = wall * np.linspace(1.0, 1.5, 32)
+    s = steady.drift(slower, read_bytes=read)
+    assert not s.steady and "per byte" in s.why
+    # a token that read nothing (cached): judged on its time instead
+    assert not steady.drift(wall, read_bytes=np.r_[0.0, read[1:]]).per_byte
 
 
 def test_a_run_whose_window_drifts_is_flagged_and_a_steady_one_is_not():

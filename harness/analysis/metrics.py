@@ -104,7 +104,9 @@ def window_columns(gen: pd.DataFrame, warmup: int = 1) -> dict:
     from harness.analysis import steady
 
     w = gen.wall_s.iloc[1:warmup]
-    d = steady.drift(gen.wall_s.iloc[warmup:].to_numpy(float))
+    win = gen.iloc[warmup:]
+    d = steady.drift(win.wall_s.to_numpy(float),
+                     read_bytes=win.cgroup_read_bytes if "cgroup_read_bytes" in win else None)
     return {"warmup_tok_per_s": len(w) / float(w.sum()) if len(w) and w.sum() > 0 else float("nan"),
             "window_drift": d.change, "window_drift_low": d.low, "window_drift_high": d.high,
             "window_steady": d.steady}

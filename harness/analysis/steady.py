@@ -15,9 +15,9 @@ import pandas as pd
 
 # a window is long enough when its figure moves by less than this when the window is doubled
 DOUBLING_TOLERANCE = 0.03
-# a run's window is not steady when its per-token time drifts by more than this over the window
-# (the fitted line's change from the window's first token to its last, over its mean), and the
-# drift's 90% interval excludes none
+# a run's window is not steady when its time per byte read (per token where it reads nothing)
+# surely drifts by more than this over the window: the fitted line's change from the window's
+# first token to its last, over its mean, with its whole 90% interval beyond the bound
 DRIFT_BOUND = 0.15
 
 
@@ -93,36 +93,47 @@ def choose_window(curves: dict[str, list], max_tokens: int,
 
 @dataclass(frozen=True)
 class Drift:
-    """The trend of per-token time over a window: the fitted line's change across the window
-    over its mean time, with a 90% interval, and whether it makes the window unsteady."""
+    """The trend over a window of time per byte read (or per token): the fitted line's change
+    across the window over its mean, with a 90% interval, and whether it makes the window
+    unsteady."""
 
     change: float
     low: float
     high: float
     steady: bool
+    per_byte: bool = False
 
     @property
     def why(self) -> str:
+        what = "time per byte read" if self.per_byte else "per-token time"
         return "" if self.steady else (
-            f"per-token time drifts {self.change:+.0%} across the window (90% CI "
-            f"{self.low:+.0%} to {self.high:+.0%}), beyond +-{DRIFT_BOUND:.0%}")
+            f"{what} drifts {self.change:+.0%} across the window (90% CI "
+            f"{self.low:+.0%} to {self.high:+.0%}), surely beyond +-{DRIFT_BOUND:.0%}")
 
 
-def drift(wall_s, bound: float = DRIFT_BOUND) -> Drift:
-    """Least-squares line through the window's per-token times. Unsteady when the change it
-    fits across the window is beyond `bound` and its 90% interval excludes no change: a large
-    trend the window's own noise cannot explain. Too few tokens to fit: steady, unjudged."""
+def drift(wall_s, bound: float = DRIFT_BOUND, read_bytes=None) -> Drift:
+    """Least-squares line through the window's time per byte read, where every token of it read
+    some (a token's time varies with how many bytes its routing reads, the same in every run:
+    dividing it out leaves what changed in the machine or the mechanism), else through its
+    per-token times. Unsteady when the whole 90% interval of the change the line fits across the
+    window lies beyond `bound`: a trend larger than the bound that the window's own noise cannot
+    explain. Too few tokens to fit: steady, unjudged."""
     from scipy import stats as sps
 
     y = np.asarray(wall_s, float)
+    per_byte = False
+    if read_bytes is not None:
+        b = np.asarray(read_bytes, float)
+        if len(b) == len(y) and len(b) and np.all(np.isfinite(b)) and np.all(b > 0):
+            y, per_byte = y / b, True
     n = len(y)
     if n < 3 or not np.all(np.isfinite(y)) or y.mean() <= 0:
-        return Drift(float("nan"), float("nan"), float("nan"), True)
+        return Drift(float("nan"), float("nan"), float("nan"), True, per_byte)
     x = np.arange(n, dtype=float)
     fit = sps.linregress(x, y)
     span = (n - 1) / y.mean()
     t = sps.t.ppf(0.95, n - 2)
     change = fit.slope * span
     low, high = (fit.slope - t * fit.stderr) * span, (fit.slope + t * fit.stderr) * span
-    unsteady = abs(change) > bound and (low > 0 or high < 0)
-    return Drift(float(change), float(low), float(high), not unsteady)
+    unsteady = low > bound or high < -bound
+    return Drift(float(change), float(low), float(high), not unsteady, per_byte)
