@@ -343,17 +343,6 @@ def equivalent(iv: Interval, margin: float = MIN_EFFECT, what: str = "no differe
     return Verdict(v, f"{what}: ratio {iv.text()} against a margin of +-{margin:.0%}", iv)
 
 
-def runs_needed(sd: float, effect: float = 0.20, df_pool: int | None = None) -> int:
-    """Runs per configuration so that a difference of `effect` between two configurations is
-    found with POWER by a 90% interval, for a between-run SD of log tok/s `sd`."""
-    for n in range(2, 50):
-        df = df_pool if df_pool else 2 * (n - 1)
-        se = sd * math.sqrt(2 / n)
-        if (sps.t.ppf(1 - ALPHA, df) + sps.t.ppf(POWER, df)) * se <= math.log1p(effect):
-            return n
-    return 50
-
-
 def against_constant(pool: Pool, cfg, constant: float) -> Interval:
     """log(constant) over a configuration's mean log value: how many times the configuration is
     below a fixed figure (a ceiling), with the pool's variance."""
