@@ -330,10 +330,17 @@ def profile_limits(config: dict, device_path: str, *, ram: bool = True, cpu_quot
                   device_path=device_path, allow_unenforced=bool(prof.get("allow_unenforced", False)))
 
 
+# a profile's keys that say how its results are read, not what is measured: not in a
+# measurement's params, so that editing them re-measures nothing
+PROFILE_READING_KEYS = ("description", "min_effect")
+
+
 def profile_config(config: dict, name: str) -> dict:
-    """Only that profile, as a measurement rule's params carry it: editing experiments or another
-    profile must not re-trigger its ceilings or finished runs through Snakemake's params."""
-    return canonical({"profile": name, "profiles": {name: config["profiles"][name]}})
+    """Only that profile, as a measurement rule's params carry it: editing experiments, another
+    profile or how this one is read must not re-trigger its ceilings or finished runs through
+    Snakemake's params."""
+    prof = {k: v for k, v in config["profiles"][name].items() if k not in PROFILE_READING_KEYS}
+    return canonical({"profile": name, "profiles": {name: prof}})
 
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import ConfigError, check_config_file, expand, parse_size, validate_config
+from harness.config import (ConfigError, check_config_file, expand, parse_size, profile_config,
+                            validate_config)
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = yaml.safe_load((ROOT / "config/experiments.yaml").read_text())
@@ -249,3 +250,17 @@ def test_a_key_written_twice_is_refused_naming_its_line(tmp_path):
                           "--directory", str(tmp_path / "wd"), "results/final"],
                          capture_output=True, text=True)
     assert res.returncode != 0 and "written twice" in res.stdout + res.stderr
+
+
+def test_how_a_profile_is_read_is_not_what_its_measurements_depend_on():
+    # a measurement's params carry its profile: the minimum effect and the description change
+    # how results are read, so editing them must not re-measure; a limit must
+    c = cfg()
+    before = profile_config(c, "seed-box")
+    c["profiles"]["seed-box"].update(min_effect=0.2, description="another text")
+    assert profile_config(c, "seed-box") == before
+    c["profiles"]["seed-box"]["read_bps"] = "100MB"
+    assert profile_config(c, "seed-box") != before
+    with pytest.raises(ConfigError, match="min_effect"):
+        validate_config({**cfg(), "profiles": {**cfg()["profiles"], "disk-box": {
+            **cfg()["profiles"]["disk-box"], "min_effect": 1.5}}})

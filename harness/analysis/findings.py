@@ -1,7 +1,8 @@
 """The study's findings, one unit each: its claim in the study's words, the runs it needs, the
 tables it rests on, its rule and its verdict. Nothing here renders; harness.report.results prints the
 outcomes. Every comparison is a ratio of steady tok/s with a 90% confidence interval from the
-runs, against a 10% minimum effect (harness.analysis.stats); a finding made of several comparisons holds
+runs, against the regime's minimum effect (a profile's `min_effect`, 10% unless set:
+harness.analysis.stats.MIN_EFFECT); a finding made of several comparisons holds
 only when every part holds and is refuted after Holm's correction across its parts.
 """
 
@@ -91,6 +92,9 @@ class Study:
     trace_synthetic: bool = True
     trace_of: str = ""  # which run the trace is: "run `<id>` repeat <k>"
     n_expert: int = 0
+    # the smallest difference a directional verdict claims here: the profile's `min_effect`,
+    # raised where the regime's noise cannot resolve 10% with the runs the budget buys
+    min_effect: float = stats.MIN_EFFECT
     _pools: dict = field(default_factory=dict, repr=False)  # value -> stats.Pool, made once
 
     def __post_init__(self):
@@ -99,7 +103,8 @@ class Study:
 
     @classmethod
     def of(cls, runs: pd.DataFrame, all_runs: pd.DataFrame, layouts: dict, q4: str, q2: str,
-           io_mb_s: float, dense_ceiling: float, moe_ceiling: float) -> Study:
+           io_mb_s: float, dense_ceiling: float, moe_ceiling: float,
+           min_effect: float | None = None) -> Study:
         """The study of one regime: `runs` the judged runs, the routing trace the longest
         logged one of `all_runs`."""
         tr = metrics.trace_run(all_runs, q4)
@@ -108,7 +113,8 @@ class Study:
                    trace=metrics.read_trace(tr) if tr is not None else None,
                    trace_synthetic=bool(tr.synthetic) if tr is not None else True,
                    trace_of=f"run `{tr.run_id}` repeat {tr['repeat']}" if tr is not None else "",
-                   n_expert=layouts.get(q4, {}).get("n_expert", 0))
+                   n_expert=layouts.get(q4, {}).get("n_expert", 0),
+                   min_effect=stats.MIN_EFFECT if min_effect is None else float(min_effect))
 
     @property
     def value(self) -> str:
@@ -128,6 +134,15 @@ class Study:
 
     def compare(self, a: pd.DataFrame, b: pd.DataFrame, value: str | None = None) -> stats.Interval:
         return stats.compare(self.pool(value), _one(a), _one(b))
+
+    def faster(self, iv: stats.Interval, what: str) -> Verdict:
+        """'a is faster than b' by at least this regime's minimum effect."""
+        return stats.faster(iv, self.min_effect, what)
+
+    @property
+    def effect(self) -> str:
+        """The minimum effect as the verdicts' texts say it."""
+        return f"{self.min_effect:.0%}"
 
     def ok(self, any_wait_policy: bool = False, **eq) -> pd.DataFrame:
         """The ok runs with these column values; of the study's OpenMP wait policy unless asked
@@ -217,7 +232,7 @@ class LruSlowerFinding(Finding):
                 dead.append(budget)
                 v = Verdict(INCONCLUSIVE, f"budget {budget} MB: {', '.join(sorted(set(g.status)))}")
             else:
-                v = stats.faster(st.compare(pm, ok), what=f"pread+madvise over LRU {budget} MB")
+                v = st.faster(st.compare(pm, ok), what=f"pread+madvise over LRU {budget} MB")
                 parts.append(v)
             iv = v.interval
             rows.append({"lru_budget_mb": budget, "n_ok": len(ok),
@@ -228,7 +243,7 @@ class LruSlowerFinding(Finding):
                          else None,
                          **_interval_columns(iv, "pread_madvise_over_lru"),
                          "verdict": v.verdict})
-        v = stats.family(parts, "LRU slower than pread+madvise by at least 10% at every budget "
+        v = stats.family(parts, f"LRU slower than pread+madvise by at least {st.effect} at every budget "
                                 "that finished")
         if dead:
             v = Verdict(v.verdict, v.reason + f" (killed, not judged: {', '.join(map(str, dead))} MB)")
@@ -247,22 +262,22 @@ class LruTrendFinding(Finding):
         if fit.fits:
             iv = stats.sweep_change(lru, "lru_budget_mb", st.value, pool=st.pool())
             falls = stats.Interval(-iv.estimate, iv.se, iv.df, iv.n_a, iv.n_b, iv.method)
-            v = stats.faster(falls, what=f"tok/s at {budgets[0]} MB over {budgets[-1]} MB "
+            v = st.faster(falls, what=f"tok/s at {budgets[0]} MB over {budgets[-1]} MB "
                                          "(fitted line)")
-            notes = [stats.equivalent(iv, what="no trend against the budget (equivalence, "
-                                               "+-10%)").reason]
+            notes = [stats.equivalent(iv, st.min_effect, what="no trend against the budget "
+                                     f"(equivalence, +-{st.effect})").reason]
             row = {**_interval_columns(iv, "change_across_sweep"), "runs": iv.n_a}
         else:
             # the line is not the data: each budget against the smallest instead, a family
             parts, rows = [], []
             small = lru[lru.lru_budget_mb == budgets[0]]
             for b in budgets[1:]:
-                pv = stats.faster(st.compare(small, lru[lru.lru_budget_mb == b]),
+                pv = st.faster(st.compare(small, lru[lru.lru_budget_mb == b]),
                                   what=f"{budgets[0]} MB over {b} MB")
                 parts.append(pv)
                 rows.append({"lru_budget_mb": b, "against_mb": budgets[0],
                              **_interval_columns(pv.interval), "verdict": pv.verdict})
-            v = stats.family(parts, "tok/s at the smallest budget at least 10% above every "
+            v = stats.family(parts, f"tok/s at the smallest budget at least {st.effect} above every "
                                     "larger one (per budget: a line does not fit)")
             tables["finding1b_per_budget"] = pd.DataFrame(rows)
             notes = []
@@ -418,7 +433,7 @@ class SwitchesFinding(Finding):
                 continue
             note = ""
             if label == "mlock":
-                v = stats.faster(st.compare(sel, base), what="mlock over pread+madvise")
+                v = st.faster(st.compare(sel, base), what="mlock over pread+madvise")
             elif label == "write-in-place":
                 v = stats.above(st.compare(base, sel), WRITE_IN_PLACE_SLOWER,
                                 "pread+madvise over write-in-place")
@@ -426,7 +441,7 @@ class SwitchesFinding(Finding):
                 if not shared:  # the claim's cause (writes competing with reads) cannot happen here
                     v = Verdict(INCONCLUSIVE, f"{v.reason}; not judged: {note}", v.interval)
             else:
-                v = stats.faster(st.compare(base, sel), what="pread+madvise over threadpool")
+                v = st.faster(st.compare(base, sel), what="pread+madvise over threadpool")
             parts.append(v)
             rows.append({"change": label, "claim": "faster" if label == "mlock" else "slower",
                          "tok_per_s_median": sel[st.value].median(),
@@ -456,15 +471,15 @@ class MechanismsFinding(Finding):
             if ok.empty:
                 v = Verdict(INCONCLUSIVE, f"{run_id}: no ok run ({', '.join(sorted(set(g.status)))})")
             else:
-                # the claim: nothing beats the study's design; each part: it is >= 10% faster
-                v = stats.faster(st.compare(base, ok), what=f"pread+madvise over {run_id}")
+                # the claim: nothing beats the study's design; each part: faster by the effect
+                v = st.faster(st.compare(base, ok), what=f"pread+madvise over {run_id}")
             parts.append(v)
             rows.append({"run_id": run_id, "mechanism": g.mechanism.iloc[0],
                          "mlock_non_expert": bool(g.mlock_non_expert.iloc[0]), "n_ok": len(ok),
                          "tok_per_s_median": ok[st.value].median(),
                          "pread_madvise_over_it": v.interval.ratio[0] if v.interval else None,
                          "verdict": v.verdict, "why": v.reason})
-        v = stats.family(parts, "every other Q4_K_M configuration at least 10% slower than "
+        v = stats.family(parts, f"every other Q4_K_M configuration at least {st.effect} slower than "
                                 "pread+madvise")
         return Outcome(v, {"finding8_mechanisms": pd.DataFrame(rows)})
 
@@ -513,7 +528,7 @@ class LookaheadFinding(Finding):
                 if label not in best:
                     continue
                 rid, other = best[label]
-                v = stats.faster(st.compare(la_tok, other), what=f"{model}: {la_id} over {rid}")
+                v = st.faster(st.compare(la_tok, other), what=f"{model}: {la_id} over {rid}")
                 parts.append(v)
                 rows.append({"model": model, "lookahead": la_id, "against": label, "run_id": rid,
                              **_interval_columns(v.interval), "verdict": v.verdict})
@@ -527,7 +542,7 @@ class LookaheadFinding(Finding):
             read_ahead_resident_share=("lookahead_resident_share", "median"),
             hook_s_per_token=("hook_s_per_token", "median")).reset_index() \
             if "lookahead_precision" in la else pd.DataFrame()
-        return Outcome(stats.family(parts, "the best lookahead configuration at least 10% faster "
+        return Outcome(stats.family(parts, f"the best lookahead configuration at least {st.effect} faster "
                                            "than the best of the study's mechanisms and of ours, "
                                            "per model"),
                        {"finding9_lookahead": pd.DataFrame(rows), "lookahead_predictions": quality})
@@ -591,16 +606,18 @@ FINDINGS: list[Finding] = [
                      "(RSS growth)",
                      "lru-odirect at each budget (each its own configuration) and pread+madvise, "
                      "Q4_K_M",
-                     "at every budget that finished, pread+madvise is at least 10% faster (90% "
-                     "interval above 1, estimate at least 1.10); a budget where the interval "
-                     "excludes 10% refutes it after Holm's correction over the budgets; killed "
+                     "at every budget that finished, pread+madvise is faster by at least the "
+                     "regime's minimum effect (90% interval above 1, estimate at least 1 + the "
+                     "effect); a budget where the interval excludes the effect refutes it after Holm's correction over the budgets; killed "
                      "budgets are shown with their memory trail"),
     LruTrendFinding("1b", "tok/s got worse as the LRU budget grew",
                     "tok/s got worse as the cache budget (and hit rate) went up",
                     f"lru-odirect at {MIN_BUDGETS} or more budgets, Q4_K_M",
                     "the fitted change of log tok/s from the smallest to the largest budget is a "
-                    "fall of at least 10% with its 90% interval below no change; 'no trend' is "
-                    "reported only by equivalence within +-10%"),
+                    "fall of at least the regime's minimum effect with its 90% interval below no "
+                    "change; 'no trend' is reported only by equivalence within +- the effect; "
+                    "where a line does not fit the budgets' means (lack of fit), each budget "
+                    "against the smallest instead"),
     SkewFinding("2", "expert routing has no small hot set",
                 "covering 80% of a layer's activations takes 20-33 of 64 experts (median ~25); 44-59 "
                 "distinct experts per layer in 64 tokens",
@@ -634,23 +651,23 @@ FINDINGS: list[Finding] = [
                     "mlock of the non-expert tensors +26% tok/s; write-in-place >2x slower (write "
                     "traffic contending with reads); a background pread thread slower (majflt x7.4)",
                     "pread+madvise with and without mlock, write-in-place, threadpool, Q4_K_M",
-                    "mlock at least 10% faster than plain pread+madvise, threadpool at least 10% "
-                    "slower and write-in-place more than 2x slower, each by its 90% interval; "
-                    "write-in-place is judged only where its writeback was throttled like its "
+                    "mlock faster than plain pread+madvise and threadpool slower, each by at "
+                    "least the regime's minimum effect, and write-in-place more than 2x slower, "
+                    "each by its 90% interval; write-in-place is judged only where its writeback was throttled like its "
                     "reads"),
     MechanismsFinding("8", "which mechanism does the work",
                       "the surviving design is pread() + madvise(WILLNEED): the one that works",
                       "every Q4_K_M configuration beside pread+madvise",
-                      "pread+madvise at least 10% faster than every other configuration (each by "
-                      "its 90% interval); refuted when one part's interval excludes 10% after "
-                      "Holm's correction over the parts"),
+                      "pread+madvise faster than every other configuration by at least the regime's "
+                      "minimum effect (each by its 90% interval); refuted when one part's "
+                      "interval excludes the effect after Holm's correction over the parts"),
     LookaheadFinding("9", "lookahead prefetch beats every other mechanism (not the study's claim)",
                      "(not in the study) predicting the next layer's experts with its router and "
                      "reading them ahead beats the best of the study's mechanisms and of ours",
                      "lookahead, and every other configuration, on the same model and profile",
-                     "on every model with lookahead runs, the best lookahead configuration is at "
-                     "least 10% faster than the study's best and than our best mechanism, each by "
-                     "its 90% interval"),
+                     "on every model with lookahead runs, the best lookahead configuration is "
+                     "faster by at least the regime's minimum effect than the study's best and "
+                     "than our best mechanism, each by its 90% interval"),
     BreakdownFinding("10", "pread time is gated by disk throughput",
                      "at the best configuration (mlock + pread + madvise, Q4_K_M) pread is 58% of a "
                      "token, and pread, gated by real disk throughput, is the floor",

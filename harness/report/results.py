@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness import parameters
-from harness.analysis import breakdown, findings, latency, limit, metrics, tables
+from harness.analysis import breakdown, findings, latency, limit, metrics, stats, tables
 from harness.analysis.findings import Outcome
 from harness.record import read_run
 from harness.util import sig
@@ -172,7 +172,15 @@ def write_findings(inputs: ReportInputs, outputs: dict, config: dict) -> None:
         _distance_section(rw, limit.distance_to_limit(
             summ, sub.all_runs, sub.layouts,
             limit.Ceilings(ceil.io_by_path, ceil.moe_ceiling, sub.limits)), ceil, sub.limits)
-        verdicts_by[name] = _findings(rw, sub, ceil)
+        effect = config["profiles"][name].get("min_effect")
+        rw.text(f"Minimum effect of a directional verdict in this regime: "
+                f"{stats.MIN_EFFECT if effect is None else effect:.0%}"
+                + (" (the profile's `min_effect`: the study's design cannot resolve "
+                   f"{stats.MIN_EFFECT:.0%} here with the runs it can afford; README "
+                   "\"Design\")" if effect is not None and effect != stats.MIN_EFFECT else "")
+                + ".\n")
+        verdicts_by[name] = _findings(rw, sub, ceil, effect)
+        _design_section(rw, sub, stats.MIN_EFFECT if effect is None else effect)
         _breakdown(rw, breakdown.time_breakdown(sub.runs, summ))
     _closing(w, d, verdicts_by)
     w.write_whole(TABLES)
@@ -373,11 +381,13 @@ def _configurations(w: Writer, d: Loaded, inputs: RegimeInputs) -> pd.DataFrame:
     return summ
 
 
-def _findings(w: Writer, d: Loaded, ceil: tables.CeilingTables) -> list[dict]:
-    """Each unit of harness.analysis.findings judges; this only renders."""
+def _findings(w: Writer, d: Loaded, ceil: tables.CeilingTables,
+              min_effect: float | None = None) -> list[dict]:
+    """Each unit of harness.analysis.findings judges, at the regime's minimum effect; this only
+    renders."""
     study = findings.Study.of(d.runs, d.all_runs, d.layouts, d.q4, d.q2, ceil.io_mb_s_median,
                               ceil.compute_row("dense warm"),
-                              ceil.moe_ceiling.get(d.q4, float("nan")))
+                              ceil.moe_ceiling.get(d.q4, float("nan")), min_effect)
     verdicts = []
     for finding in findings.FINDINGS:
         out = finding.evaluate(study)
@@ -395,6 +405,36 @@ def _findings(w: Writer, d: Loaded, ceil: tables.CeilingTables) -> list[dict]:
         verdicts.append({"finding": finding.number, "claim": finding.title,
                          "verdict": out.verdict.verdict, "why": out.verdict.reason})
     return verdicts
+
+
+def _design_section(w: Writer, d: Loaded, effect: float) -> None:
+    """How many runs each configuration needs, from this study's own variances: the next
+    study's repeats (harness.analysis.design)."""
+    from harness.analysis import design
+
+    ok = d.runs[d.runs.status == "ok"]
+    if "configuration" not in ok:
+        ok = ok.assign(configuration=metrics.configuration_ids(ok))
+    value = "steady_tok_per_s" if "steady_tok_per_s" in ok and ok.steady_tok_per_s.notna().any() \
+        else "tok_per_s"
+    if ok.empty or ok[value].notna().sum() < 2:
+        return
+    t = design.regime_design(ok, value)
+    col = f"runs_at_{round(100 * effect)}"
+    w.text("### Design: runs each configuration needs\n")
+    w.text("From this study's own variances (each configuration's, moderated as the verdicts "
+           "moderate them): the runs a side each configuration and the configuration it is "
+           f"compared against need to resolve a difference of 10-30% at {stats.POWER:.0%} power "
+           "with a 90% interval (`runs_at_<effect %>`; empty past "
+           f"{design.MOST_RUNS}). A configuration with fewer runs than its column at this "
+           f"regime's minimum effect ({effect:.0%}) cannot resolve it: its verdicts say so. "
+           "The next study's repeats come from this table "
+           "(`python -m harness.analysis.design results/final/runs.csv`).\n")
+    if col in t:
+        short = t[t[col].isna() | (t.runs < t[col])]
+        w.text(f"{len(short)} of {len(t)} configurations have fewer runs than they need at "
+               f"{effect:.0%}.\n")
+    w.table("design", t, "findings")
 
 
 def _breakdown(w: Writer, out: Outcome) -> None:
