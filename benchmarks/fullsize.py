@@ -24,13 +24,18 @@ def arguments(default_rounds: int) -> tuple[Path, int, int]:
             int(args[2]) if len(args) > 2 else 64)
 
 
-def inputs(model: Path) -> tuple[dict, dict, str]:
-    """The pipeline's build manifest (with the routing hook of this checkout, not the one the
-    last pipeline build recorded), the model's info and its layout file."""
+def build_manifest() -> dict:
+    """The pipeline's build manifest, with the routing hook of this checkout (built if need be),
+    not the one the last pipeline build recorded."""
     manifest = json.loads((ROOT / "results/build/llama.json").read_text())
     manifest["hook_lib"] = str(llama.build_hook(Path(manifest["lib_dir"]).parents[2]))
+    return manifest
+
+
+def inputs(model: Path) -> tuple[dict, dict, str]:
+    """The build manifest (build_manifest), the model's info and its layout file."""
     info = json.loads(model.with_suffix(".json").read_text())
-    return manifest, info, str(model.with_name(model.stem + ".layout.json"))
+    return build_manifest(), info, str(model.with_name(model.stem + ".layout.json"))
 
 
 def worker_run(spec: dict, manifest: dict, info: dict, layout: str, limits) -> tuple[pd.DataFrame, dict]:

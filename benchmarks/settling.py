@@ -1,7 +1,8 @@
 """How per-token time and bytes read settle over a long decode, per regime: the data the steady
 window (warm-up tokens, measured tokens) is chosen from (docs/benchmarks.md, "Settling").
 
-    .venv/bin/python benchmarks/settling.py OUT [--tokens 96] [--repeats 2]
+    .venv/bin/python benchmarks/settling.py OUT [--tokens 96] [--repeats 2] [--warmup W]
+        [--only ID@PROFILE,...]
     .venv/bin/python benchmarks/settling.py OUT --analyse   # the curves, the window, its table
 
 Runs, with the pipeline's own supervisor and worker, each configuration named in CONFIGS under
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import yaml
+from fullsize import build_manifest
 
 from harness.config import cpu_quota_of, expand, profile_limits
 from harness.run import supervise
@@ -43,15 +45,20 @@ CONFIGS = {"seed-box": ["pread-madvise-mlock", "baseline", "odirect-cache", "lru
                         "madvise"]}
 
 
-def specs(config: dict, tokens: int) -> list:
-    """(profile, RunSpec) of every configuration measured, in run order within a round."""
+def specs(config: dict, tokens: int, warmup: int | None = None, only: list | None = None) -> list:
+    """(profile, RunSpec) of every configuration measured (or of the run ids `only`), in run
+    order within a round; `warmup` sets their warm-up tokens (default: the config's)."""
     by_id = {r.run_id: r for r in expand(config)}
     out = []
     for profile, ids in CONFIGS.items():
         for rid in ids:
+            if only and f"{rid}@{profile}" not in only:
+                continue
             r = by_id[f"{rid}@{profile}"]
             # long runs: the reference's 1800 s limit would stop the slowest
-            out.append((profile, dataclasses.replace(r, tokens=tokens, time_limit_s=3 * 3600)))
+            r = dataclasses.replace(r, tokens=tokens, time_limit_s=3 * 3600)
+            out.append((profile, r if warmup is None else
+                        dataclasses.replace(r, warmup_tokens=warmup)))
     return out
 
 
@@ -150,14 +157,16 @@ def main() -> int:
     ap.add_argument("--config", type=Path, default=ROOT / "config/experiments.yaml")
     ap.add_argument("--analyse", action="store_true", help="analyse the finished runs in OUT")
     ap.add_argument("--window", help="WARMUP,LENGTH: evaluate this window in the table")
+    ap.add_argument("--warmup", type=int, help="the runs' warm-up tokens (default: the config's)")
+    ap.add_argument("--only", help="comma-separated run ids (<id>@<profile>) of CONFIGS to run")
     a = ap.parse_args()
     if a.analyse:
         analyse(a.out, tuple(int(x) for x in a.window.split(",")) if a.window else None)
         return 0
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
     config = yaml.safe_load(a.config.read_text())
-    manifest = json.loads((ROOT / "results/build/llama.json").read_text())
-    plan = specs(config, a.tokens)
+    manifest = build_manifest()
+    plan = specs(config, a.tokens, a.warmup, a.only.split(",") if a.only else None)
     total, done = a.repeats * len(plan), 0
     t_start = time.monotonic()
     for k in range(1, a.repeats + 1):
