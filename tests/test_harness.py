@@ -668,19 +668,22 @@ def test_a_dense_model_under_a_prefetch_mechanism_is_refused_before_anything_run
 
 
 def test_the_load_reads_unthrottled_and_every_decode_is_throttled(manifest, tiny_models, tmp_path):
-    """The read throttle is applied between the load and the prompt: the load reads the cold
-    model faster than the throttle would let it, and from the first decode on the cgroup reads
-    no faster than the throttle (the experts paged out after the load, so decoding reads them
-    again)."""
+    """The read throttle and the CPU quota are applied between the load and the prompt: the load
+    reads the cold model faster than the throttle would let it, and from the first decode on the
+    cgroup reads no faster than the throttle (the experts paged out after the load, so decoding
+    reads them again) and runs under the quota's periods."""
     if cgroup_version() is None:
         pytest.skip("no cgroup hierarchy")
     model = tiny_models["olmoe-tiny-Q4_K_M"]
     throttle = 1_000_000  # bytes/s: the tiny model's load (~15 MB) would take seconds under it
     rec = run(manifest, model, tmp_path, spec("none", tokens=6, evict_after_load=True),
-              limits=Limits(read_bps=throttle, read_ahead_kb=0, device_path=model["gguf"]))
+              limits=Limits(read_bps=throttle, read_ahead_kb=0, device_path=model["gguf"],
+                            cpu_quota=1.5))
     assert rec.status == "ok"
     assert rec.limits_in_force["read_bps"] == throttle
     assert "first decode" in rec.limits_in_force["disk_throttle_from"]
+    assert rec.limits_in_force["cpu_quota"] == 1.5
+    assert "first decode" in rec.limits_in_force["cpu_quota_from"]
     m = rec.summary.model_moments
     load_read = m["after_load"]["cgroup_read_bytes"] - m["before_load"]["cgroup_read_bytes"]
     assert load_read > 0.5 * os.path.getsize(model["gguf"])  # the load read the model ...
@@ -689,6 +692,8 @@ def test_the_load_reads_unthrottled_and_every_decode_is_throttled(manifest, tiny
     decode_read = tok.cgroup_read_bytes.sum()
     assert decode_read > 2 * throttle  # enough bytes that the throttle decides the time
     assert decode_read / tok.wall_s.sum() < 1.3 * throttle
+    # the quota was in force at the first decode (the prompt's): its periods were running
+    assert tok.phase.iloc[0] == "prompt" and tok.nr_periods.iloc[0] > 0
 
 
 def test_residency_is_checked_on_the_warmup_only_never_in_the_measured_window(

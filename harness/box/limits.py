@@ -122,9 +122,10 @@ class RunCgroup:
     in_force: dict = field(default_factory=dict)
     name: str = ""
     readahead: DeviceReadahead | None = None
-    # True: open() applies every limit but the disk throttle, which apply_disk_throttle() adds
-    # (a run's model load reads unthrottled; its decode is throttled from the first token)
-    defer_disk_throttle: bool = False
+    # True: open() applies the RAM budget and the read-ahead only; apply_decode_limits() adds the
+    # disk throttles and the CPU quota (a run's worker starts and loads its model without them,
+    # in the budget, and decodes under every limit from its first token)
+    defer_to_decode: bool = False
     _restored: list = field(default_factory=list, repr=False)
     version: ClassVar[int | None] = None
 
@@ -159,12 +160,19 @@ class RunCgroup:
             self.in_force["restored_other_devices"] = others
         return self
 
-    def apply_disk_throttle(self) -> None:
-        """The read and write throttles a deferred cgroup left out at open(): from now on."""
-        if self.defer_disk_throttle and self.dirs:
+    def apply_decode_limits(self) -> None:
+        """The throttles and the CPU quota a deferred cgroup left out at open(): from now on."""
+        if self.defer_to_decode and self.dirs:
             self._throttle_disk()
             if any(getattr(self.limits, k) is not None for k in ("read_bps", "write_bps")):
                 self.in_force["disk_throttle_from"] = "the first decode (the load read unthrottled)"
+            if self.limits.cpu_quota is not None:
+                self._apply_quota()
+                self.in_force["cpu_quota_from"] = ("the first decode (the worker's start and the "
+                                                   "load ran without it)")
+
+    def _apply_quota(self) -> None:
+        """Write the CPU quota (each hierarchy its own way)."""
 
     def _throttle_disk(self) -> None:
         """Write the read and write throttles (each hierarchy its own way)."""
@@ -342,16 +350,14 @@ class CgroupV1(RunCgroup):
             with contextlib.suppress(OSError):  # no swap here, but never let it hide the budget
                 (mem / "memory.swappiness").write_text("0")
         self.dirs["blkio"] = self._mk(CGROOT / "blkio")
-        if not self.defer_disk_throttle:
+        if not self.defer_to_decode:
             self._throttle_disk()
         if lim.cpu_quota is not None:
             cpu = self._mk(CGROOT / "cpu")
             self.dirs["cpu"] = cpu
             (cpu / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
-            (cpu / "cpu.cfs_quota_us").write_text(str(round(lim.cpu_quota * CPU_PERIOD_US)))
-            self.in_force["cpu_quota"] = int((cpu / "cpu.cfs_quota_us").read_text()) / CPU_PERIOD_US
-            self.in_force["cpu_quota_us_per_period"] = [
-                int((cpu / "cpu.cfs_quota_us").read_text()), CPU_PERIOD_US]
+            if not self.defer_to_decode:
+                self._apply_quota()
         # for the attribution only (no limit is set there): CPU seconds by user/system, and on a
         # hybrid host the unified hierarchy's pressure (PSI) files, which v1 has no equivalent of
         if (CGROOT / "cpuacct" / "cpuacct.usage_user").exists():
@@ -360,6 +366,13 @@ class CgroupV1(RunCgroup):
             with contextlib.suppress(OSError):
                 self.dirs["unified"] = self._mk(CGROOT / "unified")
         self.in_force["cgroup"] = "v1"
+
+    def _apply_quota(self) -> None:
+        cpu = self.dirs["cpu"]
+        (cpu / "cpu.cfs_quota_us").write_text(str(round(self.limits.cpu_quota * CPU_PERIOD_US)))
+        quota = int((cpu / "cpu.cfs_quota_us").read_text())
+        self.in_force["cpu_quota"] = quota / CPU_PERIOD_US
+        self.in_force["cpu_quota_us_per_period"] = [quota, CPU_PERIOD_US]
 
     def _throttle_disk(self) -> None:
         lim, blk = self.limits, self.dirs["blkio"]
@@ -410,14 +423,18 @@ class CgroupV2(RunCgroup):
             (d / "memory.max").write_text(str(lim.ram_bytes))
             (d / "memory.swap.max").write_text("0") if (d / "memory.swap.max").exists() else None
             self.in_force["ram_bytes"] = lim.ram_bytes
-        if not self.defer_disk_throttle:
+        if not self.defer_to_decode:
             self._throttle_disk()
-        if lim.cpu_quota is not None:
-            (d / "cpu.max").write_text(f"{round(lim.cpu_quota * CPU_PERIOD_US)} {CPU_PERIOD_US}")
-            quota, period = (d / "cpu.max").read_text().split()
-            self.in_force["cpu_quota"] = int(quota) / int(period)
-            self.in_force["cpu_quota_us_per_period"] = [int(quota), int(period)]
+            if lim.cpu_quota is not None:
+                self._apply_quota()
         self.in_force["cgroup"] = "v2"
+
+    def _apply_quota(self) -> None:
+        d = self.dirs["unified"]
+        (d / "cpu.max").write_text(f"{round(self.limits.cpu_quota * CPU_PERIOD_US)} {CPU_PERIOD_US}")
+        quota, period = (d / "cpu.max").read_text().split()
+        self.in_force["cpu_quota"] = int(quota) / int(period)
+        self.in_force["cpu_quota_us_per_period"] = [int(quota), int(period)]
 
     def _throttle_disk(self) -> None:
         lim = self.limits
@@ -450,8 +467,8 @@ def read_io_bytes(io_stat_file: str | HeldFile | None) -> dict:
             "write": sum(int(f[2]) for f in rows if f[1] == "Write")}
 
 
-def run_cgroup(limits: Limits, *, defer_disk_throttle: bool = False) -> RunCgroup:
+def run_cgroup(limits: Limits, *, defer_to_decode: bool = False) -> RunCgroup:
     """The cgroup of one measurement, of this machine's hierarchy (BenchExec's `initialize()`):
     CgroupV1 or CgroupV2, or the base class where there is none (it can only run unenforced)."""
     cls = {1: CgroupV1, 2: CgroupV2}.get(cgroup_version(), RunCgroup)
-    return cls(limits, defer_disk_throttle=defer_disk_throttle)
+    return cls(limits, defer_to_decode=defer_to_decode)

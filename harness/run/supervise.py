@@ -137,7 +137,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
         scratch = None
         # the model loads unthrottled (the RAM budget in force); the disk throttle applies from
         # the first decode: the load through a 150 MB/s throttle was a quarter of a study's time
-        cg = run_cgroup(limits, defer_disk_throttle=True)
+        cg = run_cgroup(limits, defer_to_decode=True)
         record = {"run_id": spec["run_id"], "spec": spec, "status": None,
                   "model_check": record_check}
         try:
@@ -279,7 +279,7 @@ def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, *,
                                 preexec_fn=_worker_preexec(cg))
         try:
             rc, timed_out = _wait_with_progress(proc, work / "worker.log", time_limit_s,
-                                                gate=(work, cg.apply_disk_throttle))
+                                                gate=(work, cg.apply_decode_limits))
         except BaseException:
             proc.kill()
             proc.wait()
