@@ -115,14 +115,31 @@ def expand(config: dict) -> list[RunSpec]:
 
 
 def _expand_profile(config: dict, profile_name: str) -> list[RunSpec]:
+    """The profile's runs: each experiment that runs under it, its values over the profile's
+    `run_defaults` over the study's `defaults`."""
     defaults = config.get("defaults", {})
     profile = config["profiles"][profile_name]
     runs: list[RunSpec] = []
     seen: dict[str, str] = {}
+    profile_defaults = profile.get("run_defaults") or {}
+    options = sorted(set(profile_defaults) & set(MECHANISM_DEFAULTS))
+    if options:
+        raise ConfigError(f"config: profiles.{profile_name}.run_defaults.{options[0]}: a mechanism's "
+                          "option; set it on the experiments whose mechanism reads it")
     for entry, body in (config.get("experiments") or {}).items():
         if not ID_RE.match(entry):
             raise ConfigError(f"config: experiments.{entry}: names use a-z, 0-9 and . _ + -")
-        merged = {**defaults, **body}
+        body = dict(body)
+        only = body.pop(parameters.PROFILES_KEY, None)
+        if only is not None:
+            unknown = [p for p in only if p not in config["profiles"]]
+            if unknown:
+                raise ConfigError(f"config: experiments.{entry}.{parameters.PROFILES_KEY}: "
+                                  f"{', '.join(map(repr, unknown))} is not a profile of profiles: "
+                                  f"{', '.join(config['profiles'])}")
+            if profile_name not in only:
+                continue
+        merged = {**defaults, **profile_defaults, **body}
         merged.setdefault("threads", profile.get("threads", 2))
         listed = [k for k in SWEEPABLE if isinstance(merged.get(k), list)]
         for k, v in merged.items():
@@ -330,9 +347,10 @@ def profile_limits(config: dict, device_path: str, *, ram: bool = True, cpu_quot
                   device_path=device_path, allow_unenforced=bool(prof.get("allow_unenforced", False)))
 
 
-# a profile's keys that say how its results are read, not what is measured: not in a
-# measurement's params, so that editing them re-measures nothing
-PROFILE_READING_KEYS = ("description", "min_effect")
+# a profile's keys that are not its limits: how its results are read, and the run parameters
+# its runs default to (which each run's own params carry, resolved): not in a measurement's
+# params, so that editing them re-measures nothing a run's own spec does not change
+PROFILE_READING_KEYS = ("description", "min_effect", "run_defaults")
 
 
 def profile_config(config: dict, name: str) -> dict:

@@ -248,6 +248,13 @@ def _entry(p: Parameter) -> dict:
     return {"type": [one["type"], "array"], **bounds, "items": one, "description": doc}
 
 
+# an experiment's key that is not a run parameter: the regimes it runs in
+PROFILES_KEY = "profiles"
+PROFILES_ENTRY = {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string"},
+                  "description": "the profiles (regimes) this experiment runs under, of the "
+                                 "study's `profile:`; unset, every one"}
+
+
 def schema() -> dict:
     """The config schema's parameter entries (workflow/schemas/parameters.schema.yaml, which
     config.schema.yaml refers to): `defaults` (each parameter with a default, and its default)
@@ -258,9 +265,18 @@ def schema() -> dict:
         "defaults": {"type": "object", "additionalProperties": False,
                      "description": "values every experiment inherits unless it sets its own",
                      "properties": defaults},
+        # a profile's `run_defaults`: no defaults of their own (filled in, they would override
+        # the study's `defaults:`)
+        "profile_defaults": {"type": "object", "additionalProperties": False,
+                             "description": "run parameters every run of this profile takes "
+                                            "unless its experiment sets them: between the "
+                                            "study's defaults and the experiment",
+                             "properties": {p.name: {**value_schema(p), "description": p.doc}
+                                            for p in PARAMETERS if not p.required}},
         "experiment": {"type": "object", "additionalProperties": False,
                        "required": [p.name for p in PARAMETERS if p.required],
-                       "properties": {p.name: _entry(p) for p in PARAMETERS}}}}
+                       "properties": {**{p.name: _entry(p) for p in PARAMETERS},
+                                      PROFILES_KEY: PROFILES_ENTRY}}}}
 
 
 if __name__ == "__main__":

@@ -264,3 +264,38 @@ def test_how_a_profile_is_read_is_not_what_its_measurements_depend_on():
     with pytest.raises(ConfigError, match="min_effect"):
         validate_config({**cfg(), "profiles": {**cfg()["profiles"], "disk-box": {
             **cfg()["profiles"]["disk-box"], "min_effect": 1.5}}})
+
+
+def test_a_profiles_run_defaults_sit_between_the_defaults_and_the_experiment():
+    c = cfg()
+    c["profiles"]["seed-box"]["run_defaults"] = {"tokens": 20, "repeats": 3}
+    c["experiments"]["madvise"]["tokens"] = 40
+    runs = {r.run_id: r for r in validate_config(c)}
+    assert runs["baseline@seed-box"].tokens == 20 and runs["baseline@seed-box"].repeats == 3
+    assert runs["baseline@disk-box"].tokens == c["defaults"]["tokens"]
+    assert runs["madvise@seed-box"].tokens == 40  # the experiment's own value wins
+    # the study's defaults are not overridden by a schema default of run_defaults
+    assert runs["baseline@seed-box"].warmup_tokens == c["defaults"]["warmup_tokens"]
+    c["profiles"]["seed-box"]["run_defaults"] = {"tokens": 4, "warmup_tokens": 4}
+    with pytest.raises(ConfigError, match="leaves no measured window"):
+        validate_config(c)
+    c["profiles"]["seed-box"]["run_defaults"] = {"cache_budget_mb": 600}
+    with pytest.raises(ConfigError, match="run_defaults.cache_budget_mb: a mechanism's option"):
+        validate_config(c)
+    c["profiles"]["seed-box"]["run_defaults"] = {"tokenz": 4}
+    with pytest.raises(ConfigError, match="tokenz"):
+        validate_config(c)
+
+
+def test_an_experiment_runs_under_the_profiles_it_names():
+    c = cfg()
+    c["experiments"]["madvise"]["profiles"] = ["disk-box"]
+    ids = [r.run_id for r in validate_config(c)]
+    assert "madvise@disk-box" in ids and "madvise@seed-box" not in ids
+    assert "baseline@seed-box" in ids
+    c["experiments"]["madvise"]["profiles"] = ["disk_box"]
+    with pytest.raises(ConfigError, match="'disk_box' is not a profile"):
+        validate_config(c)
+    c["experiments"]["madvise"]["profiles"] = []
+    with pytest.raises(ConfigError, match="madvise"):
+        validate_config(c)

@@ -94,7 +94,7 @@ rule stock_baseline:
     params:
         build=BUILD_IDENTITY,
         # as many tokens as the harness runs decode, so the stock tool is compared like for like
-        tokens=config["ceilings"].get("baseline_tokens") or config["defaults"]["tokens"],
+        tokens=lambda wildcards: baseline_tokens(wildcards.profile),
         config=profile_params,
     log:
         "logs/stock_baseline/{profile}/{model}.log",

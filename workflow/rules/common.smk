@@ -144,6 +144,12 @@ def moe_wait_policies(wildcards):
     return sorted({r.omp_wait_policy for r in RUNS.values() if r.profile == wildcards.profile})
 
 
+def baseline_tokens(profile):
+    """The stock baseline's -n: ceilings.baseline_tokens, else what the profile's runs decode."""
+    return config["ceilings"].get("baseline_tokens") or {
+        **config["defaults"], **(config["profiles"][profile].get("run_defaults") or {})}["tokens"]
+
+
 def run_profile_params(wildcards):
     return profile_config(config, RUNS[wildcards.run_id].profile)
 
