@@ -22,12 +22,19 @@ def cfg():
 def test_shipped_configs_are_valid_and_expand_readably():
     runs = validate_config(cfg())
     ids = [r.run_id for r in runs]
-    for regime in ("seed-box", "disk-box"):  # every experiment in both regimes
-        assert f"lru-1200@{regime}" in ids and f"lru--lru-budget-mb-900@{regime}" in ids
-        assert f"baseline-q2@{regime}" in ids and f"lookahead@{regime}" in ids
+    for regime in ("seed-box", "disk-box"):  # the findings' configurations in both regimes
+        assert f"baseline-q2@{regime}" in ids and f"pread-madvise-mlock@{regime}" in ids
         assert f"odirect-cache@{regime}" in ids and f"wait-policy--omp-wait-policy-passive@{regime}" in ids
-    assert len(ids) == len(set(ids)) == 34
-    assert sum(r.repeats for r in runs) == 72
+    # the LRU sweep, write-in-place and lookahead under disk-box only (extended adds seed-box)
+    assert "lru--lru-budget-mb-900@disk-box" in ids and "lru--lru-budget-mb-900@seed-box" not in ids
+    assert "lookahead@disk-box" in ids and "lookahead@seed-box" not in ids
+    assert not any(i.startswith("lru-1200") for i in ids)
+    assert len(ids) == len(set(ids)) == 26
+    assert sum(r.repeats for r in runs) == 54
+    # the window: 4 warm-up tokens, then 32 measured under disk-box and 24 under seed-box
+    by_id = {r.run_id: r for r in runs}
+    assert (by_id["baseline@disk-box"].tokens, by_id["baseline@disk-box"].warmup_tokens) == (36, 4)
+    assert (by_id["baseline@seed-box"].tokens, by_id["baseline@seed-box"].warmup_tokens) == (28, 4)
     assert validate_config(yaml.safe_load((ROOT / ".test/config/experiments.yaml").read_text()))
 
 
@@ -38,6 +45,7 @@ def test_the_extended_config_adds_to_the_default():
     update_config(c, yaml.safe_load((ROOT / "config/extended.yaml").read_text()))
     ids = {r.run_id for r in validate_config(c)}
     assert {"populate@seed-box", "routing-trace@disk-box", "lookahead@seed-box",
+            "lru--lru-budget-mb-0@seed-box", "write-in-place@seed-box", "lru-1200@disk-box",
             "odirect-cache-variants--warm-start-off--predict-experts-8@disk-box"} <= ids
     assert len(ids) == 54
 
