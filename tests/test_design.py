@@ -35,6 +35,16 @@ def test_runs_needed_grows_with_noise_and_gives_up_past_the_most():
     assert design.runs_needed(0.5 ** 2, 0.5 ** 2, 0.10) is None
 
 
+def test_a_variance_that_borrows_df_from_the_others_needs_fewer_runs():
+    # seed-box's configurations share one variance: each comparison's interval has the pool's
+    # df, not only its own runs', so the same SD resolves the effect with fewer runs
+    alone = design.runs_needed(0.088 ** 2, 0.088 ** 2, 0.20)
+    pooled = design.runs_needed(0.088 ** 2, 0.088 ** 2, 0.20, prior_df_a=40, prior_df_b=40)
+    # by hand: at n = 3 alone, df 4, (2.132 + 0.941) * 0.088 * sqrt(2/3) = 0.221 > log 1.2;
+    # borrowing 40 df a side, df 84, (1.663 + 0.846) * 0.0719 = 0.180 <= 0.182
+    assert (alone, pooled) == (4, 3)
+
+
 def table(sds: dict, n: int, profile="p", rate=1.0, seed=0):
     """Runs of each configuration whose log tok/s have exactly the given SD."""
     rows = []

@@ -4,7 +4,7 @@ effect at stats.POWER, what that costs in run time at a given run length, and so
 minimum effect each regime can afford. The main job's repeats and each profile's `min_effect`
 (config/experiments.yaml) come from this, run on the reference study:
 
-    python -m harness.analysis.design RUNS_CSV [--tokens N] [--fixed-s S] [--budget-min M]
+    python -m harness.analysis.design RUNS_CSV [--tokens N] [--fixed-s S] [--config YAML]
 
 "Resolves" is the power calculation's: a true difference of the effect is told from no
 difference (the 90% interval's low end above 0) with stats.POWER, and no difference from the
@@ -32,17 +32,20 @@ EFFECTS = (0.10, 0.15, 0.20, 0.25, 0.30)
 MOST_RUNS = 12  # more than this per configuration: "cannot", not a number to configure
 
 
-def runs_needed(var_a: float, var_b: float, effect: float, most: int = MOST_RUNS) -> int | None:
+def runs_needed(var_a: float, var_b: float, effect: float, most: int = MOST_RUNS,
+                prior_df_a: float = 0.0, prior_df_b: float = 0.0) -> int | None:
     """Runs per side (the same on both) for two configurations of variances var_a and var_b (of
-    log tok/s between runs) to resolve `effect` at stats.POWER with a 90% Welch interval; None
-    past `most`."""
+    log tok/s between runs) to resolve `effect` at stats.POWER with a 90% interval whose df is
+    Welch-Satterthwaite's over each side's df: its runs less one plus the df its variance
+    borrows from the others (`prior_df_*`, what stats.Pool.moderated adds); None past `most`."""
     target = math.log1p(effect)
     from scipy import stats as sps
 
     for n in range(2, most + 1):
-        se = math.sqrt((var_a + var_b) / n)
-        df = (var_a + var_b) ** 2 * (n - 1) / (var_a ** 2 + var_b ** 2) if var_a + var_b > 0 \
-            else 2 * (n - 1)
+        sa, sb = var_a / n, var_b / n
+        da, db = prior_df_a + n - 1, prior_df_b + n - 1
+        se = math.sqrt(sa + sb)
+        df = (sa + sb) ** 2 / (sa ** 2 / da + sb ** 2 / db) if sa + sb > 0 else da + db
         if (sps.t.ppf(1 - stats.ALPHA, df) + sps.t.ppf(stats.POWER, df)) * se <= target:
             return n
     return None
@@ -55,7 +58,10 @@ def regime_design(runs: pd.DataFrame, value: str = "steady_tok_per_s", by: str =
     each effect (column `runs_at_<pct>`; NaN past MOST_RUNS)."""
     runs = runs[runs[value] > 0]
     pool = stats.Pool.of(runs, value, by=by)
-    var = {c: pool.moderated(c)[0] for c in pool.per_config}
+    mod = {c: pool.moderated(c) for c in pool.per_config}
+    var = {c: v for c, (v, _) in mod.items()}
+    # the df a configuration's variance borrows from the others, which more runs keep
+    borrowed = {c: max(0.0, df - (pool.per_config[c][0] - 1)) for c, (_, df) in mod.items()}
     comparators = [c for c in var if c.split("@")[0] in COMPARATORS]
     rows = []
     for c in sorted(var):
@@ -66,7 +72,8 @@ def regime_design(runs: pd.DataFrame, value: str = "steady_tok_per_s", by: str =
         row = {"configuration": c, "runs": pool.per_config[c][0], "sd": math.sqrt(var[c]),
                "against": against}
         for e in effects:
-            n = runs_needed(var[c], var[against], e)
+            n = runs_needed(var[c], var[against], e, prior_df_a=borrowed[c],
+                            prior_df_b=borrowed[against])
             row[f"runs_at_{round(100 * e)}"] = n if n is not None else np.nan
         rows.append(row)
     return pd.DataFrame(rows)
