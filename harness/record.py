@@ -474,8 +474,10 @@ RUN_COLUMNS: tuple[RunColumn, ...] = (
               "layer's prefetch", _GEN),
     RunColumn("kernel_read_vs_missing", "x", "the cgroup's reads over the missing routed bytes "
               "(1.0: the kernel read nothing more)", _GEN),
-    RunColumn("hook_s_per_token", "s", "the routing hook's own time", _GEN),
-    RunColumn("mechanism_s_per_token", "s", "time in the mechanism's own calls", _GEN),
+    RunColumn("hook_s_per_token", "s", "the routing hook's own time per window token (the "
+              "warm-up's residency checks are not in it)", _STEADY),
+    RunColumn("mechanism_s_per_token", "s", "time in the mechanism's own calls per window token",
+              _STEADY),
     RunColumn("cgroup_write_bytes_per_token", "bytes", "the run cgroup's disk writes", _GEN),
     RunColumn("device_read_bytes", "bytes", "the device's reads during the run (other processes "
               "included)", "run.json box"),

@@ -92,3 +92,15 @@ def test_the_window_columns_of_a_run_come_from_its_own_warmup():
     assert cols["warmup_tok_per_s"] == 2 / 4.0  # tokens 2 and 3: the first is left out
     assert cols["window_steady"] and abs(cols["window_drift"]) < 1e-9
     assert metrics.window_read(gen, 3) == 3.0
+
+
+def test_the_hooks_time_per_token_is_the_windows_not_the_warmups():
+    import pandas as pd
+
+    from harness.analysis import metrics
+
+    # the warm-up's hook checks residency (0.5 s a token here), the window's does not
+    gen = pd.DataFrame({"wall_s": [3.0, 2.0, 2.0, 2.0, 2.0], "hook_s": [0.5, 0.5, 0.001, 0.001, 0.001]})
+    assert metrics.window_mean(gen, "hook_s", 2) == 0.001
+    assert metrics.window_mean(gen, "hook_s", 1) > 0.1
+    assert metrics.window_mean(gen, "no_such_column", 2) != metrics.window_mean(gen, "no_such_column", 2)

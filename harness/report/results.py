@@ -336,12 +336,14 @@ def _configurations(w: Writer, d: Loaded, inputs: RegimeInputs) -> pd.DataFrame:
            "by the routed expert bytes per token, with the read-ahead in force. "
            "`kernel_read_vs_missing`: the same bytes over what the hook found not resident in the "
            "routed slabs just before each layer's prefetch (cachestat, or mincore for private "
-           "copies; 1 = the kernel read nothing else). `hook_s_per_token`: wall time in the "
-           "routing hook's own work (residency syscalls, ids, logging; the mechanism excluded), "
-           "under the CPU quota; `hook_share`: that time over the median token's "
-           "(hook_s_per_token x tok/s). `mechanism_s_per_token`: wall time in the mechanism's "
-           "own calls (its per-layer work and, for lookahead, its prediction), apart from the "
-           "hook's.\n")
+           "copies; 1 = the kernel read nothing else; measured on the warm-up tokens, the only "
+           "ones that check residency). `hook_s_per_token`: wall time in the routing hook's own "
+           "work per token of the measured window (reading and recording the routing; the "
+           "mechanism excluded, and the residency checks, which run on the warm-up only), under "
+           "the CPU quota; `hook_share`: that time over the median token's (hook_s_per_token x "
+           "tok/s): what the instrumentation costs the figure. `mechanism_s_per_token`: wall "
+           "time in the mechanism's own calls per window token (its per-layer work and, for "
+           "lookahead, its prediction), apart from the hook's.\n")
     merged = metrics.merged_configurations(d.all_runs)
     if len(merged):
         w.text("Run ids whose resolved spec is the same (after `auto` and the defaults) are one "
