@@ -12,7 +12,7 @@ import pandas as pd
 from harness.run import attribution
 from harness.contract import Status
 from harness import parameters
-from harness.record import RUN_FIELDS, RunRecord, read_run
+from harness.record import RUN_FIELDS, RunRecord, measured_window, read_run
 
 WIDE_SPREAD = 0.25  # (max-min)/median above this: flagged `wide_spread` in the summary table
 
@@ -83,7 +83,7 @@ def run_row(record_path: Path) -> dict:
 
 def window_mean(gen: pd.DataFrame, col: str, warmup: int = 1) -> float:
     """A tokens.csv column's mean over the measured window (nan where it is not recorded)."""
-    w = gen.iloc[warmup:]
+    w = measured_window(gen, warmup)
     return float(w[col].mean()) if col in w and len(w) else float("nan")
 
 
@@ -110,7 +110,7 @@ def window_columns(gen: pd.DataFrame, warmup: int = 1) -> dict:
     from harness.analysis import steady
 
     w = gen.wall_s.iloc[1:warmup]
-    win = gen.iloc[warmup:]
+    win = measured_window(gen, warmup)
     d = steady.drift(win.wall_s.to_numpy(float),
                      read_bytes=win.cgroup_read_bytes if "cgroup_read_bytes" in win else None)
     return {"warmup_tok_per_s": len(w) / float(w.sum()) if len(w) and w.sum() > 0 else float("nan"),
