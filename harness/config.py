@@ -114,15 +114,20 @@ def expand(config: dict) -> list[RunSpec]:
     return runs
 
 
+def profile_run_defaults(config: dict, profile_name: str) -> dict:
+    """The run parameters a profile's runs take unless their experiment sets them: the study's
+    `defaults` under the profile's `run_defaults`."""
+    return {**config.get("defaults", {}),
+            **(config["profiles"][profile_name].get("run_defaults") or {})}
+
+
 def _expand_profile(config: dict, profile_name: str) -> list[RunSpec]:
     """The profile's runs: each experiment that runs under it, its values over the profile's
     `run_defaults` over the study's `defaults`."""
-    defaults = config.get("defaults", {})
     profile = config["profiles"][profile_name]
     runs: list[RunSpec] = []
     seen: dict[str, str] = {}
-    profile_defaults = profile.get("run_defaults") or {}
-    options = sorted(set(profile_defaults) & set(MECHANISM_DEFAULTS))
+    options = sorted(set(profile.get("run_defaults") or {}) & set(MECHANISM_DEFAULTS))
     if options:
         raise ConfigError(f"config: profiles.{profile_name}.run_defaults.{options[0]}: a mechanism's "
                           "option; set it on the experiments whose mechanism reads it")
@@ -139,7 +144,7 @@ def _expand_profile(config: dict, profile_name: str) -> list[RunSpec]:
                                   f"{', '.join(config['profiles'])}")
             if profile_name not in only:
                 continue
-        merged = {**defaults, **profile_defaults, **body}
+        merged = {**profile_run_defaults(config, profile_name), **body}
         merged.setdefault("threads", profile.get("threads", 2))
         listed = [k for k in SWEEPABLE if isinstance(merged.get(k), list)]
         for k, v in merged.items():

@@ -18,7 +18,8 @@ mark_pipeline()
 from harness.report import captions as plot_captions
 from harness.report.compare import TABLES as COMPARED_TABLES
 from harness.build.llama import build_identity
-from harness.config import ConfigError, check, check_config_file, profile_config, study_profiles
+from harness.config import (ConfigError, check, check_config_file, profile_config,
+                            profile_run_defaults, study_profiles)
 from harness.util import canonical
 from harness.fleet import MachinesError, compare_trees
 
@@ -146,8 +147,8 @@ def moe_wait_policies(wildcards):
 
 def baseline_tokens(profile):
     """The stock baseline's -n: ceilings.baseline_tokens, else what the profile's runs decode."""
-    return config["ceilings"].get("baseline_tokens") or {
-        **config["defaults"], **(config["profiles"][profile].get("run_defaults") or {})}["tokens"]
+    return (config["ceilings"].get("baseline_tokens")
+            or profile_run_defaults(config, profile)["tokens"])
 
 
 def run_profile_params(wildcards):
