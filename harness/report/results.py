@@ -179,8 +179,11 @@ def write_findings(inputs: ReportInputs, outputs: dict, config: dict) -> None:
                    f"{stats.MIN_EFFECT:.0%} here with the runs it can afford; README "
                    "\"Design\")" if effect is not None and effect != stats.MIN_EFFECT else "")
                 + ".\n")
-        verdicts_by[name] = _findings(rw, sub, ceil, effect)
-        _design_section(rw, sub, stats.MIN_EFFECT if effect is None else effect)
+        study = findings.Study.of(sub.runs, sub.all_runs, sub.layouts, sub.q4, sub.q2,
+                                  ceil.io_mb_s_median, ceil.compute_row("dense warm"),
+                                  ceil.moe_ceiling.get(sub.q4, float("nan")), effect)
+        verdicts_by[name] = _findings(rw, study)
+        _design_section(rw, study)
         _breakdown(rw, breakdown.time_breakdown(sub.runs, summ))
     _closing(w, d, verdicts_by)
     w.write_whole(TABLES)
@@ -383,13 +386,9 @@ def _configurations(w: Writer, d: Loaded, inputs: RegimeInputs) -> pd.DataFrame:
     return summ
 
 
-def _findings(w: Writer, d: Loaded, ceil: tables.CeilingTables,
-              min_effect: float | None = None) -> list[dict]:
+def _findings(w: Writer, study: findings.Study) -> list[dict]:
     """Each unit of harness.analysis.findings judges, at the regime's minimum effect; this only
     renders."""
-    study = findings.Study.of(d.runs, d.all_runs, d.layouts, d.q4, d.q2, ceil.io_mb_s_median,
-                              ceil.compute_row("dense warm"),
-                              ceil.moe_ceiling.get(d.q4, float("nan")), min_effect)
     verdicts = []
     for finding in findings.FINDINGS:
         out = finding.evaluate(study)
@@ -409,19 +408,15 @@ def _findings(w: Writer, d: Loaded, ceil: tables.CeilingTables,
     return verdicts
 
 
-def _design_section(w: Writer, d: Loaded, effect: float) -> None:
+def _design_section(w: Writer, study: findings.Study) -> None:
     """How many runs each configuration needs, from this study's own variances: the next
     study's repeats (harness.analysis.design)."""
     from harness.analysis import design
 
-    ok = d.runs[d.runs.status == "ok"]
-    if "configuration" not in ok:
-        ok = ok.assign(configuration=metrics.configuration_ids(ok))
-    value = "steady_tok_per_s" if "steady_tok_per_s" in ok and ok.steady_tok_per_s.notna().any() \
-        else "tok_per_s"
-    if ok.empty or ok[value].notna().sum() < 2:
+    ok, value, effect = study.ok(any_wait_policy=True), study.value, study.min_effect
+    if ok[value].notna().sum() < 2:
         return
-    t = design.regime_design(ok, value)
+    t = design.regime_design(ok, value, by=findings.CONFIG)
     col = f"runs_at_{round(100 * effect)}"
     w.text("### Design: runs each configuration needs\n")
     w.text("From this study's own variances (each configuration's, moderated as the verdicts "
