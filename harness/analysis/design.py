@@ -129,7 +129,8 @@ def main(argv: list[str]) -> int:
     from harness.analysis import metrics
 
     runs = pd.read_csv(a.runs_csv)
-    runs = runs[(runs.status == "ok") & ~runs.get("disturbed", False).fillna(False).astype(bool)]
+    disturbed = runs["disturbed"].fillna(False).astype(bool) if "disturbed" in runs else False
+    runs = runs[(runs.status == "ok") & ~disturbed]
     if "configuration" not in runs:
         runs = runs.assign(configuration=metrics.configuration_ids(runs))
     for profile, g in runs.groupby("profile"):
