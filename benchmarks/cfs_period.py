@@ -39,6 +39,7 @@ def main() -> int:
     manifest = json.loads((ROOT / "results/build/llama.json").read_text())
     pagecache.warm(model)
     rates: dict[int, list] = {p: [] for p in periods}
+    in_force: dict[int, list] = {p: [] for p in periods}  # what each measurement's cgroup held
     for k in range(rounds):
         order = periods[k % len(periods):] + periods[:k % len(periods)]
         for p in order:
@@ -48,13 +49,14 @@ def main() -> int:
                                   Limits(device_path=model, cpu_quota=quota), manifest["lib_dir"],
                                   log, warmup=True)
             rates[p].append(rec["tok_per_s"])
+            in_force[p].append(rec["limits_in_force"])
             print(f"round {k + 1}: period {p / 1000:g} ms {rec['tok_per_s']} tok/s", file=sys.stderr)
     out = {"machine": machine_info(), "model": model, "cpu_quota": quota, "tokens": tokens,
            "rounds": rounds, "periods": {}}
     for p, r in rates.items():
         logs = [math.log(x) for x in r if x]
         out["periods"][f"{p / 1000:g} ms"] = {
-            "tok_per_s": r, "median": statistics.median(r),
+            "tok_per_s": r, "median": statistics.median(r), "limits_in_force": in_force[p],
             "sd_log": statistics.stdev(logs) if len(logs) > 1 else None}
     print(json.dumps(out, indent=1))
     return 0
