@@ -178,6 +178,33 @@ def test_runs_of_one_resolved_spec_are_one_configuration_whatever_their_ids():
     assert list(metrics.configuration_ids(partial)) == list(partial.run_id)
 
 
+
+def test_each_regime_is_judged_at_its_own_length_and_a_trace_beside_a_configuration_is_not():
+    """vm-2026-12-06 lost every seed-box finding and disk-box's LRU to one length for the whole
+    study: seed-box's runs are 28 tokens (its run_defaults), the LRU's 20, the rest 36."""
+    from harness import parameters
+    from harness.analysis import metrics
+
+    base = {p.name: p.default for p in parameters.PARAMETERS if p.default is not None}
+
+    def run(profile, mechanism, tokens, **kw):
+        return {**base, "profile": profile, "model": "olmoe-q4", "mechanism": mechanism,
+                "threads": 2, "tokens": tokens, **kw}
+
+    runs = pd.DataFrame([run("seed-box", "none", 28), run("seed-box", "pread+madvise", 28),
+                         run("seed-box", "pread+madvise", 28),
+                         run("disk-box", "none", 36), run("disk-box", "pread+madvise", 36),
+                         run("disk-box", "lru-odirect", 20, lru_budget_mb=300),
+                         run("disk-box", "lru-odirect", 20, lru_budget_mb=300),
+                         # a routing trace: pread+madvise again, longer, beside the 36-token runs
+                         run("disk-box", "pread+madvise", 64)])
+    judged = list(metrics.at_study_length(runs))
+    assert judged == [True] * 7 + [False]
+    # without its 36-token sibling the 64-token run is its configuration's only length: judged
+    alone = runs.drop(index=4).reset_index(drop=True)
+    assert list(metrics.at_study_length(alone)) == [True] * 7
+
+
 REFERENCE_RUNS = Path(__file__).resolve().parents[1] / "reference/vm-2026-12-04c/results/final/runs.csv"
 
 

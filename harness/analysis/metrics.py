@@ -280,6 +280,24 @@ def runs_table(record_paths: list) -> pd.DataFrame:
 NOT_MEASURED = ("repeats", "time_limit_s")
 
 
+def at_study_length(runs: pd.DataFrame) -> pd.Series:
+    """Per run, whether the speed findings judge it at its length. Each profile's runs are
+    compared at that profile's most common length (its profile's `run_defaults` may set one of
+    its own); a configuration measured only at another length (the LRU's shorter window) is judged
+    at its own; a run of another length beside runs of its configuration at the common length (a
+    longer routing trace) is not."""
+    if runs.empty:
+        return pd.Series(dtype=bool)
+    # the longest of equally common lengths: a longer window is the steadier figure
+    common = runs.groupby("profile").tokens.agg(lambda t: t.mode().iloc[-1])
+    at_common = runs.tokens == runs.profile.map(common)
+    keys = [c for c in ("profile", "model", *parameters.RUN_KEYS)
+            if c not in (*NOT_MEASURED, "tokens") and c in runs]
+    spec = runs[keys].astype(str).agg("\x1f".join, axis=1)
+    has_common = at_common.groupby(spec).transform("any")
+    return (at_common | ~has_common).rename("at_study_length")
+
+
 def configuration_ids(runs: pd.DataFrame) -> pd.Series:
     """Per run, the configuration it measures: runs whose resolved spec is the same (profile,
     model and every run parameter the table carries, `auto` resolved as the record holds it,

@@ -216,7 +216,6 @@ class Loaded:
     config: dict
     all_runs: pd.DataFrame
     runs: pd.DataFrame
-    run_length: int
     layouts: dict
     infos: dict
     records: list
@@ -229,9 +228,9 @@ class Loaded:
 
 def _load(inputs: ReportInputs, config: dict) -> Loaded:
     all_runs = pd.read_csv(inputs.runs)
-    # Speed findings compare runs of the length most runs have; a longer run (the routing trace)
-    # feeds the routing findings and the table of every configuration, not the comparisons.
-    run_length = int(all_runs.tokens.mode().iloc[0]) if len(all_runs) else 0
+    # Speed findings compare each configuration at its regime's common length
+    # (metrics.at_study_length); a longer run beside it (the routing trace) feeds the routing
+    # findings and the table of every configuration, not the comparisons.
     layouts = {Path(p).name.removesuffix(".layout.json"): json.loads(Path(p).read_text())
                for p in inputs.layouts}
     infos = {Path(p).name.removesuffix(".json"): json.loads(Path(p).read_text()) for p in inputs.infos}
@@ -246,9 +245,9 @@ def _load(inputs: ReportInputs, config: dict) -> Loaded:
         if name in all_runs:
             all_runs[name] = all_runs[name].map(lambda v: parameters.current_value(name, v))
     # the findings judge only repeats nothing else disturbed (RESULTS.md lists the others)
-    judged = all_runs[(all_runs.tokens == run_length) & ~all_runs.disturbed]
+    judged = all_runs[metrics.at_study_length(all_runs) & ~all_runs.disturbed]
     return Loaded(config=config, all_runs=all_runs, runs=judged,
-                  run_length=run_length, layouts=layouts, infos=infos, records=records,
+                  layouts=layouts, infos=infos, records=records,
                   machines=machines,
                   limits=records[0].limits_in_force if records else {},
                   any_synth=any(i.get("synthetic") for i in infos.values()), q4=q4, q2=q2)
@@ -331,8 +330,13 @@ def _ceilings(w: Writer, d: Loaded, inputs: RegimeInputs) -> tables.CeilingTable
 
 def _configurations(w: Writer, d: Loaded, inputs: RegimeInputs) -> pd.DataFrame:
     w.text("## Every configuration (median of repeats, min-max)\n")
-    w.text(f"The findings below compare the {d.run_length}-token runs; runs of another length "
-           "appear here and, for routing, in the routing findings.\n")
+    lengths = ", ".join(f"{k} of {n} tokens" for n, k in
+                        d.runs.tokens.value_counts().sort_index().items())
+    w.text("The findings below compare each configuration at its regime's most common run length, "
+           "or at its own where it was measured only at another one (judged here: "
+           f"{lengths or 'no runs'}); a run of another length beside its configuration's runs at "
+           "the common one (a routing trace) appears here and, for routing, in the routing "
+           "findings.\n")
     summ = tables.configuration_summary(d.all_runs)
     w.table("summary", tables.summary_table(summ), "runs_table, findings")
     w.text("Read amplification: bytes the run's cgroup read from disk per generated token divided "
