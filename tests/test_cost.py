@@ -24,3 +24,17 @@ def test_the_reference_runs_phases_add_up_to_what_was_measured_by_hand():
     assert t.loc["load", "seconds"] == pytest.approx(1970, rel=0.05)
     assert t.loc["measured window", "share"] == pytest.approx(0.18, abs=0.01)
     assert t.seconds.sum() == pytest.approx(elapsed)
+
+
+def test_the_new_reference_spends_most_of_its_job_in_measured_tokens():
+    """vm-2026-12-06, the first main job with the settled window, the unthrottled load and the
+    trimmed design: the README's cost table quotes these shares."""
+    ref = REF.parent / "vm-2026-12-06"
+    elapsed = json.loads((ref / "main_job.json").read_text())["elapsed_s"]
+    table = cost.study_cost(ref / "results", elapsed)
+    assert table.attrs["runs"] == 55  # 54 runs and the re-run of one whose window drifted
+    t = table.set_index("phase")
+    assert elapsed <= 2 * 3600 + 15 * 60
+    assert t.loc["measured window", "share"] == pytest.approx(0.571, abs=0.002)
+    assert t.loc["load", "share"] < 0.03  # 27% when the load read through the throttle
+    assert t.seconds.sum() == pytest.approx(elapsed)

@@ -205,7 +205,7 @@ def test_each_regime_is_judged_at_its_own_length_and_a_trace_beside_a_configurat
     assert list(metrics.at_study_length(alone)) == [True] * 7
 
 
-REFERENCE_RUNS = Path(__file__).resolve().parents[1] / "reference/vm-2026-12-04c/results/final/runs.csv"
+REFERENCE_RUNS = Path(__file__).resolve().parents[1] / "reference/vm-2026-12-06/results/final/runs.csv"
 
 
 def _reference_sds(profile: str) -> list[tuple[int, float]]:
