@@ -4,6 +4,7 @@ the shares the steady-state issue measured from it by hand."""
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from harness.analysis import cost
@@ -38,3 +39,7 @@ def test_the_new_reference_spends_most_of_its_job_in_measured_tokens():
     assert t.loc["measured window", "share"] == pytest.approx(0.571, abs=0.002)
     assert t.loc["load", "share"] < 0.03  # 27% when the load read through the throttle
     assert t.seconds.sum() == pytest.approx(elapsed)
+    # the table the README quotes is this one, as harness.report.reference wrote it
+    quoted = pd.read_csv(ref / "cost.csv").set_index("phase")
+    assert list(quoted.index) == list(t.index)
+    assert quoted.share.to_numpy() == pytest.approx(t.share.to_numpy(), abs=1e-4)

@@ -42,7 +42,7 @@ UNIT_OF_COLUMN = [
     (r"mb_per_s|mb_s", "MB/s"),
     (r"_bps$|^read_bps|^write_bps", "bytes/s"),
     (r"bytes", "bytes"),
-    (r"share|fraction|_frac|residency|precision|recall|rate", "fraction"),
+    (r"share|fraction|_frac|residency|precision|recall|rate|effect", "fraction"),
     (r"ratio|speedup|_vs_|_over_|^x_|times", "ratio"),
     (r"cpu_quota|quota_cpus|^quota$|^cpus$", "CPUs"),
     (r"(^|_)s$|_s_|_seconds|^seconds", "s"),

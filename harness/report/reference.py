@@ -6,7 +6,8 @@ runs.csv's record paths resolve inside the copy as they did in the run.
     python -m harness.report.reference <the run's project dir> reference/<machine>-<date> [time.log]
 
 With the output of `/usr/bin/time -v` around the main job, its wall time, CPU times and peak RSS
-go into `main_job.json` beside the copy (what the README quotes as the main job's duration).
+go into `main_job.json` beside the copy (what the README quotes as the main job's duration), and
+where that time went, per phase of the runs and outside them, into `cost.csv`.
 """
 
 from __future__ import annotations
@@ -78,9 +79,20 @@ def parse_time_v(text: str) -> dict:
     return out
 
 
+def write_cost(dest: Path, elapsed_s: float) -> Path:
+    """`cost.csv` beside the copy: the job's seconds and share per phase (harness.analysis.cost),
+    what the README's cost table quotes."""
+    from harness.analysis.cost import study_cost
+
+    out = dest / "cost.csv"
+    study_cost(dest / "results", elapsed_s).round({"seconds": 1, "share": 4}).to_csv(out, index=False)
+    return out
+
+
 if __name__ == "__main__":
     files = export(Path(sys.argv[1]), Path(sys.argv[2]))
     if len(sys.argv) > 3:
         timing = parse_time_v(Path(sys.argv[3]).read_text())
         (Path(sys.argv[2]) / "main_job.json").write_text(json.dumps(timing, indent=2) + "\n")
+        write_cost(Path(sys.argv[2]), timing["elapsed_s"])
     print(f"{len(files)} run files copied to {sys.argv[2]}")
