@@ -30,7 +30,9 @@ def test_shipped_configs_are_valid_and_expand_readably():
     assert "lookahead@disk-box" in ids and "lookahead@seed-box" not in ids
     assert not any(i.startswith("lru-1200") for i in ids)
     assert len(ids) == len(set(ids)) == 26
-    assert sum(r.repeats for r in runs) == 54
+    assert sum(r.repeats for r in runs) == 63
+    # seed-box's repeats from its design table (profiles.seed-box.run_defaults.repeats)
+    assert {r.repeats for r in runs if r.profile == "seed-box"} == {3}
     # the window: 4 warm-up tokens, then 32 measured under disk-box and 24 under seed-box
     by_id = {r.run_id: r for r in runs}
     assert (by_id["baseline@disk-box"].tokens, by_id["baseline@disk-box"].warmup_tokens) == (36, 4)
