@@ -147,6 +147,29 @@ def test_the_smallest_detectable_effect_is_the_rules_as_applied():
     assert precise.verdict == INCONCLUSIVE and "cannot resolve" not in precise.reason
 
 
+
+def test_a_threshold_claims_smallest_detectable_ratio_holds_with_the_designs_power():
+    """stats.above states the true ratio at which 'the interval lies above the threshold' holds
+    80% of the time: simulated at that ratio it holds about that often, at the threshold itself
+    about 5% of the time."""
+    se, df, threshold = 0.08, 6, 1.5
+    at = stats.Interval(0.0, se, df, 4, 4, "test").detectable_above(threshold)
+    assert threshold * 1.2 < at < threshold * 1.5
+    rng = np.random.default_rng(7)
+
+    def share_holding(true_ratio):
+        held = 0
+        for _ in range(4000):
+            est = math.log(true_ratio) + se * rng.standard_t(df)
+            iv = stats.Interval(est, se, df, 4, 4, "test")
+            held += stats.above(iv, threshold, "x").verdict == HOLDS
+        return held / 4000
+
+    assert 0.77 < share_holding(at) < 0.83
+    assert share_holding(threshold) < 0.07
+    v = stats.above(stats.Interval(math.log(1.6), se, df, 4, 4, "test"), threshold, "x")
+    assert f"smallest detectable {at:.3g}" in v.reason
+
 def test_a_sweep_that_is_not_a_line_is_judged_per_setting():
     line = sweep({0: 1.0, 300: 0.9, 600: 0.8, 900: 0.7}, rel=0.03)
     fit = stats.lack_of_fit(line, "budget")

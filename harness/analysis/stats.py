@@ -161,6 +161,14 @@ class Interval:
         bar = max(sps.t.ppf(1 - ALPHA, self.df) * self.se, math.log1p(min_effect))
         return _exp(bar + sps.t.ppf(POWER, self.df) * self.se)
 
+    def detectable_above(self, threshold: float) -> float:
+        """The smallest true ratio for which 'the interval lies above `threshold`' (stats.above)
+        holds with POWER."""
+        if not self.df > 0 or not self.se == self.se:
+            return float("inf")
+        q = sps.t.ppf(1 - ALPHA, self.df) + sps.t.ppf(POWER, self.df)
+        return _exp(math.log(threshold) + q * self.se)
+
     def p_above(self, log_threshold: float) -> float:
         """One-sided p of 'the true difference is at most log_threshold'."""
         if not self.se > 0:
@@ -237,7 +245,9 @@ def above(iv: Interval, threshold: float, what: str) -> Verdict:
     t = math.log(threshold)
     p_holds, p_fails = iv.p_above(t), iv.p_below(t)
     v = HOLDS if iv.low > t else FAILS if iv.high < t else INCONCLUSIVE
-    return Verdict(v, f"{what}: ratio {iv.text()} against {threshold:g}", iv, p_holds, p_fails)
+    return Verdict(v, f"{what}: ratio {iv.text()} against {threshold:g}, smallest detectable "
+                      f"{iv.detectable_above(threshold):.3g} (the rule as applied)", iv,
+                   p_holds, p_fails)
 
 
 def holm(pvalues: list[float], alpha: float = ALPHA) -> list[bool]:
