@@ -222,6 +222,26 @@ def test_adding_an_entry_plans_only_its_runs(pipeline):
         assert not re.search(rf"^{rule}\s+\d+", out, re.M), rule
 
 
+
+def test_raising_repeats_plans_only_the_new_repeats(pipeline):
+    """`repeats` does not change what a finished repeat measured: raising it plans the new
+    rounds only (it once re-measured every repeat of the entry, which was a params change)."""
+    cfg_path = pipeline / "config/experiments.yaml"
+    before = cfg_path.read_text()
+    cfg = yaml.safe_load(before)
+    cfg["experiments"]["lru"]["repeats"] = 2
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    try:
+        out = snakemake(pipeline, "-n", "results/final").stdout
+    finally:
+        cfg_path.write_text(before)
+    outputs = " ".join(re.findall(r"^\s+output: (.*)$", out, re.M))
+    planned = set(re.findall(r"results/runs/([^/\s,]+/re(?:p|run)\d+)/run\.json", outputs))
+    assert {p for p in planned if p.startswith("lru")} == {"lru--lru-budget-mb-0/rep2",
+                                                           "lru--lru-budget-mb-8/rep2"}, planned
+    # and no finished repeat of any entry is planned again
+    assert not [p for p in planned if (pipeline / "results/runs" / p / "run.json").exists()]
+
 def _default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 

@@ -18,6 +18,7 @@ mark_pipeline()
 from harness.report import captions as plot_captions
 from harness.report.compare import TABLES as COMPARED_TABLES
 from harness.build.llama import build_identity
+from harness.analysis.metrics import NOT_MEASURED
 from harness.config import (ConfigError, check, check_config_file, profile_config,
                             profile_run_defaults, study_profiles)
 from harness.util import canonical
@@ -129,7 +130,10 @@ def model_spec(wildcards):
 
 
 def run_spec(wildcards):
-    return RUNS[wildcards.run_id].as_dict()
+    """The run's spec as a param, less what does not change what it measures (its entry's
+    repeats and time limit, NOT_MEASURED): raising `repeats` plans only the new repeats. The
+    script reads those two from the config."""
+    return {k: v for k, v in RUNS[wildcards.run_id].as_dict().items() if k not in NOT_MEASURED}
 
 
 def profile_params(wildcards):

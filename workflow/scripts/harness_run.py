@@ -16,16 +16,19 @@ manifest = json.loads(Path(snakemake.input.manifest).read_text())
 with measurelock.interruptible():  # a copy to the node's disk dies with Snakemake too
     info = staged_info(json.loads(Path(snakemake.input.info).read_text()), snakemake.config)
 rerun = bool(snakemake.params.get("rerun", False))
-spec = dict(snakemake.params.spec, repeat=snakemake.params.repeat,
-            profile=snakemake.params.config["profile"], rerun=rerun)
+runs = check(snakemake.config)
+# the param spec leaves out what does not change the measurement (repeats, time limit: a param
+# would re-run finished repeats when they change); they come from the config
+configured = next(r for r in runs if r.run_id == snakemake.wildcards.run_id).as_dict()
+spec = {**configured, **snakemake.params.spec, "repeat": snakemake.params.repeat,
+        "profile": snakemake.params.config["profile"], "rerun": rerun}
 if rerun:
     logging.info(f"re-run of disturbed repeat {snakemake.params.repeat} of "
                  f"{snakemake.wildcards.run_id} (results/analysis/disturbed.json says why)")
 else:
     # which run of how many, and the time the study's runs have left (read from the config, not
     # passed as params: adding an entry must not re-run finished runs)
-    run_dirs = [f"results/runs/{r.run_id}/rep{k}" for r in check(snakemake.config)
-                for k in range(1, r.repeats + 1)]
+    run_dirs = [f"results/runs/{r.run_id}/rep{k}" for r in runs for k in range(1, r.repeats + 1)]
     logging.info(progress.line(run_dirs, str(Path(snakemake.output.record).parent)))
 supervise.run(spec, Path(snakemake.output.record).parent, lib_dir=manifest["lib_dir"], build=manifest,
               model_info=info, layout_path=snakemake.input.layout,
