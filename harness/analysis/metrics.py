@@ -280,6 +280,18 @@ def runs_table(record_paths: list) -> pd.DataFrame:
 NOT_MEASURED = ("repeats", "time_limit_s")
 
 
+def _spec_key(runs: pd.DataFrame, leave_out: tuple = ()) -> pd.Series:
+    """Per run, its resolved spec as one string (profile, model and every run parameter the table
+    carries, `auto` resolved as the record holds it), less NOT_MEASURED and `leave_out`. A table
+    without every parameter (an older runs.csv, a hand-made one) cannot say which run ids share a
+    spec: each run id is its own."""
+    keys = [c for c in ("profile", "model", *parameters.RUN_KEYS)
+            if c not in (*NOT_MEASURED, *leave_out)]
+    if not set(keys) <= set(runs):
+        return runs.run_id
+    return runs[keys].astype(str).agg("\x1f".join, axis=1)
+
+
 def at_study_length(runs: pd.DataFrame) -> pd.Series:
     """Per run, whether the speed findings judge it at its length. Each profile's runs are
     compared at that profile's most common length (its profile's `run_defaults` may set one of
@@ -291,10 +303,7 @@ def at_study_length(runs: pd.DataFrame) -> pd.Series:
     # the longest of equally common lengths: a longer window is the steadier figure
     common = runs.groupby("profile").tokens.agg(lambda t: t.mode().iloc[-1])
     at_common = runs.tokens == runs.profile.map(common)
-    keys = [c for c in ("profile", "model", *parameters.RUN_KEYS)
-            if c not in (*NOT_MEASURED, "tokens") and c in runs]
-    spec = runs[keys].astype(str).agg("\x1f".join, axis=1)
-    has_common = at_common.groupby(spec).transform("any")
+    has_common = at_common.groupby(_spec_key(runs, leave_out=("tokens",))).transform("any")
     return (at_common | ~has_common).rename("at_study_length")
 
 
@@ -305,12 +314,7 @@ def configuration_ids(runs: pd.DataFrame) -> pd.Series:
     in sorted order, whatever ids they were measured under."""
     if runs.empty:
         return pd.Series(dtype=str)
-    keys = [c for c in ("profile", "model", *parameters.RUN_KEYS) if c not in NOT_MEASURED]
-    if not set(keys) <= set(runs):
-        # a table without every parameter (an older runs.csv, a hand-made one) cannot say which
-        # run ids are the same configuration: each is its own
-        return runs.run_id.rename("configuration")
-    key = runs[keys].astype(str).agg("\x1f".join, axis=1)
+    key = _spec_key(runs)
     first = runs.assign(_key=key).groupby("_key").run_id.min()
     return key.map(first).rename("configuration")
 

@@ -17,10 +17,10 @@ with measurelock.interruptible():  # a copy to the node's disk dies with Snakema
     info = staged_info(json.loads(Path(snakemake.input.info).read_text()), snakemake.config)
 rerun = bool(snakemake.params.get("rerun", False))
 runs = check(snakemake.config)
-# the param spec leaves out what does not change the measurement (repeats, time limit: a param
-# would re-run finished repeats when they change); they come from the config
+# the whole spec from the config: the rule's param spec (what re-runs a repeat when it changes)
+# leaves out what does not change the measurement, repeats and the time limit
 configured = next(r for r in runs if r.run_id == snakemake.wildcards.run_id).as_dict()
-spec = {**configured, **snakemake.params.spec, "repeat": snakemake.params.repeat,
+spec = {**configured, "repeat": snakemake.params.repeat,
         "profile": snakemake.params.config["profile"], "rerun": rerun}
 if rerun:
     logging.info(f"re-run of disturbed repeat {snakemake.params.repeat} of "
