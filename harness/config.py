@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 import re
 from pathlib import Path
 
 import yaml
 
-from harness import parameters
+from harness import bounds, parameters
 from harness.util import canonical
 from harness.run.mechanisms import REGISTRY
 
@@ -102,14 +101,29 @@ def study_profiles(config: dict) -> list[str]:
     return list(p) if isinstance(p, list) else [p]
 
 
-def expand(config: dict) -> list[RunSpec]:
+def expand(config: dict, workdir: Path | None = None) -> list[RunSpec]:
     """Every run of every experiment under every profile of the study, in config order; raises
-    ConfigError on bad entries. With several profiles a run id ends in `@<profile>`."""
+    ConfigError on bad entries, and on a study that measures nothing or a run id too long for the
+    file system of `workdir` (default: the working directory, where Snakemake writes results/).
+    With several profiles a run id ends in `@<profile>`."""
     names = study_profiles(config)
+    if not config.get("experiments"):
+        raise ConfigError("config: experiments: empty; the study would measure nothing (name at "
+                          "least one experiment)")
+    limits = bounds.name_limits(workdir or Path.cwd())
     runs: list[RunSpec] = []
     for name in names:
-        for r in _expand_profile(config, name):
+        mine = _expand_profile(config, name)
+        if not mine:
+            raise ConfigError(f"config: profile: {name!r} runs no experiment (each entry's "
+                              f"{parameters.PROFILES_KEY}: leaves it out); name it in an entry's "
+                              f"{parameters.PROFILES_KEY}: or take it out of profile:")
+        for r in mine:
             rid = f"{r.run_id}@{name}" if len(names) > 1 else r.run_id
+            why = bounds.path_problem(rid, workdir or Path.cwd(), limits)
+            if why:
+                raise ConfigError(f"config: experiments.{r.entry}: {why} (shorten the entry's name "
+                                  "or the values it lists)")
             runs.append(dataclasses.replace(r, run_id=rid, profile=name))
     return runs
 
@@ -155,7 +169,7 @@ def _expand_profile(config: dict, profile_name: str) -> list[RunSpec]:
                                   f"{', '.join(SWEEPABLE)} can")
         for combo in itertools.product(*[merged[k] for k in listed]):
             vals = {**merged, **dict(zip(listed, combo, strict=True))}
-            check_run_values(config, entry, vals)
+            check_run_values(config, entry, vals, profile_name)
             parts = [entry] + [f"{k.replace('_', '-')}-{_fmt(vals[k])}" for k in listed]
             run_id = "--".join(parts)
             if run_id in seen:
@@ -169,7 +183,8 @@ def _expand_profile(config: dict, profile_name: str) -> list[RunSpec]:
     return runs
 
 
-def check_run_values(config: dict, entry: str, vals: dict) -> None:
+def check_run_values(config: dict, entry: str, vals: dict, profile_name: str | None = None) -> None:
+    """One run's values, on their own and against the profile it runs under (`profile_name`)."""
     where = f"config: experiments.{entry}"
     # a config the schema has not filled in (read by hand) has the declared defaults too
     vals = {**{p.name: p.default for p in parameters.PARAMETERS if p.default is not None}, **vals}
@@ -216,6 +231,30 @@ def check_run_values(config: dict, entry: str, vals: dict) -> None:
     if n_expert and "lookahead_experts" in mech.options and vals["lookahead_experts"] > n_expert:
         raise ConfigError(f"{where}.lookahead_experts: {vals['lookahead_experts']} is more than "
                           f"model {vals['model']!r}'s {n_expert} experts per layer")
+    if profile_name is not None:
+        _check_memory_values(config, where, vals, mech, profile_name)
+
+
+def _check_memory_values(config: dict, where: str, vals: dict, mech, profile_name: str) -> None:
+    """Every memory-sized parameter the run reads, against what its profile's RAM budget leaves
+    beside the model's non-expert tensors and the run's own buffers (harness.bounds)."""
+    rb = config["profiles"][profile_name].get("ram_budget")
+    if rb is None:
+        return
+    budget = parse_size(rb, f"profiles.{profile_name}.ram_budget")
+    model = config["models"][vals["model"]]
+    left = bounds.memory_left(budget, model)
+    for p in parameters.PARAMETERS:
+        unit = bounds.MEMORY_UNITS.get(p.unit)
+        if unit is None or vals.get(p.name) is None or (p.mechanisms and p.name not in mech.options):
+            continue
+        if vals[p.name] * unit > left:
+            raise ConfigError(
+                f"{where}.{p.name}: {vals[p.name]} {p.unit} is more than profile {profile_name}'s "
+                f"ram_budget leaves a run: {budget / 1e6:.0f} MB less model {vals['model']}'s "
+                f"non-expert tensors (at least {bounds.non_expert_bytes_at_least(model) / 1e6:.0f} "
+                f"MB) and {bounds.RUN_MARGIN_BYTES / 1e6:.0f} MB for llama.cpp's buffers and the "
+                f"worker is {max(left, 0) // unit} {p.unit} at most")
 
 
 def usable_cpus() -> int | None:
@@ -246,8 +285,9 @@ def _synthetic_experts(model: dict) -> int | None:
     return shape.n_expert if shape else None
 
 
-def check(config: dict) -> list[RunSpec]:
-    """Cross-key checks the JSON schema cannot express; returns the expanded runs."""
+def check(config: dict, workdir: Path | None = None) -> list[RunSpec]:
+    """Cross-key checks the JSON schema cannot express; returns the expanded runs (their paths
+    checked under `workdir`, default the working directory)."""
     names = study_profiles(config)
     for name in names:
         if name not in config.get("profiles", {}):
@@ -301,12 +341,7 @@ def check(config: dict) -> list[RunSpec]:
         if m not in config.get("models", {}):
             raise ConfigError(f"config: ceilings.baseline_models: {m!r} is not one of the models: "
                               f"{', '.join(config.get('models', {}))}")
-    return expand(config)
-
-
-# the smallest bytes per weight any quant the schema allows gives a synthetic model's non-expert
-# tensors (Q2_K: 2.625 bits); a budget below even that can never hold the always-needed set
-MIN_BYTES_PER_WEIGHT = 2.625 / 8
+    return expand(config, workdir)
 
 
 def _check_ram_budgets(config: dict) -> None:
@@ -315,19 +350,14 @@ def _check_ram_budgets(config: dict) -> None:
 
 
 def _check_ram_budget(config: dict, name: str) -> None:
-    from harness.models.layout import is_expert_tensor
-    from harness.models.synthetic import SHAPES, tensor_plan
-
+    """A budget below a model's non-expert tensors (at least, harness.bounds) can never hold
+    the always-needed set."""
     rb = config["profiles"][name].get("ram_budget")
     if rb is None:
         return
     budget = parse_size(rb, f"profiles.{name}.ram_budget")
     for mname, m in config.get("models", {}).items():
-        if m.get("source") != "synthetic" or m.get("shape") not in SHAPES:
-            continue
-        weights = sum(int(math.prod(s)) for n, s, _ in tensor_plan(SHAPES[m["shape"]])
-                      if not is_expert_tensor(n))
-        need = int(weights * MIN_BYTES_PER_WEIGHT)
+        need = bounds.non_expert_bytes_at_least(m)
         if budget < need:
             raise ConfigError(f"config: profiles.{name}.ram_budget: {budget} bytes is smaller than model "
                               f"{mname}'s non-expert tensors (at least {need} bytes)")

@@ -94,7 +94,7 @@ PARAMETERS: tuple[Parameter, ...] = (
               "page the expert tensors out after the load (`MADV_PAGEOUT`, `FADV_DONTNEED`) so "
               "decoding starts with no expert cached; off = what llama.cpp's populating load "
               "leaves (the study's case)", worker=True, cli=("--evict-after-load",)),
-    Parameter("lru_budget_mb", int, 0, "lru-odirect: the expert cache's budget", unit="MB",
+    Parameter("lru_budget_mb", int, 0, "lru-odirect: the expert cache's budget", unit="MiB",
               minimum=0, maximum=64 * 1024, mechanisms=("lru-odirect",), cli=("--lru-budget-mb",)),
     Parameter("prefetch_threads", int, 1, "threadpool: worker threads", minimum=1,
               mechanisms=("threadpool",), cli=("--prefetch-threads",)),
@@ -108,7 +108,7 @@ PARAMETERS: tuple[Parameter, ...] = (
               "(the study's design); off: the pread alone warms the page cache",
               mechanisms=("pread+madvise",), cli=("--no-willneed-after-pread",)),
     Parameter("cache_budget_mb", int, 900, "odirect-cache: the slabs its anonymous memory may "
-              "hold beyond the layer being computed", unit="MB", minimum=0,
+              "hold beyond the layer being computed", unit="MiB", minimum=0,
               mechanisms=("odirect-cache",), cli=("--cache-budget-mb",)),
     Parameter("io_depth", int, 4, "odirect-cache: O_DIRECT reads in flight at once (reader "
               "threads)", minimum=1, maximum=64, mechanisms=("odirect-cache",),

@@ -309,3 +309,103 @@ def test_an_experiment_runs_under_the_profiles_it_names():
     c["experiments"]["madvise"]["profiles"] = []
     with pytest.raises(ConfigError, match="madvise"):
         validate_config(c)
+
+
+def _one_budget_study(budget_mib: int, profile="seed-box") -> dict:
+    c = cfg()
+    c["experiments"]["odirect-cache"]["cache_budget_mb"] = budget_mib
+    c["profile"] = profile
+    return c
+
+
+def test_a_memory_sized_parameter_is_bounded_by_what_the_profiles_budget_leaves():
+    from harness import bounds
+
+    c = cfg()
+    budget = parse_size(c["profiles"]["seed-box"]["ram_budget"], "x")
+    left_mib = bounds.memory_left(budget, c["models"]["olmoe-q4"]) // 2**20
+    # the budget less the model's non-expert tensors (at least 268 MB at Q4_K_M's 4.5 bits) and
+    # the stated margin: about 1,357 MiB of 1.7 GiB, above the study's 1,200
+    assert 1300 < left_mib < 1400
+    assert validate_config(_one_budget_study(left_mib))  # just inside
+    with pytest.raises(ConfigError) as e:  # just outside
+        validate_config(_one_budget_study(left_mib + 1))
+    msg = str(e.value)
+    assert "experiments.odirect-cache.cache_budget_mb" in msg and f"{left_mib} MiB at most" in msg
+    assert "seed-box" in msg and "1825 MB" in msg
+    # an entry is checked under every profile it runs in: a smaller budget elsewhere refuses it
+    c = _one_budget_study(1000, ["seed-box", "disk-box"])
+    c["profiles"]["disk-box"]["ram_budget"] = "1GiB"
+    with pytest.raises(ConfigError, match="profile disk-box's ram_budget"):
+        validate_config(c)
+    # the LRU's budget too (every parameter whose unit is memory), and a profile without a RAM
+    # budget bounds nothing
+    c = cfg()
+    c["experiments"]["lru"]["lru_budget_mb"] = [0, 4000]
+    with pytest.raises(ConfigError, match="lru.lru_budget_mb: 4000 MiB"):
+        validate_config(c)
+    c["profiles"]["disk-box"].pop("ram_budget")
+    c["experiments"]["lru"]["profiles"] = ["disk-box"]
+    assert validate_config(c)
+
+
+def test_a_run_id_longer_than_the_file_system_holds_is_refused(tmp_path):
+    from harness import bounds
+
+    c = cfg()
+    c["profile"] = "disk-box"
+    name_max, _ = bounds.name_limits(tmp_path)
+    body = c["experiments"].pop("madvise")
+    # with one profile the run id is the entry's name: exactly the limit fits, one byte more not
+    c["experiments"]["m" * name_max] = body
+    from harness.config import check
+
+    assert any(r.run_id == "m" * name_max for r in check(c, tmp_path))
+    c["experiments"]["m" * (name_max + 1)] = c["experiments"].pop("m" * name_max)
+    with pytest.raises(ConfigError, match=rf"experiments\.m+: run id .* is {name_max + 1} bytes"):
+        check(c, tmp_path)
+    # the suffixes count: `@<profile>` and a listed value's `--key-value`
+    c = cfg()
+    suffix = len("@seed-box")
+    c["experiments"]["m" * (name_max - suffix + 1)] = c["experiments"].pop("madvise")
+    with pytest.raises(ConfigError, match=f"is {name_max + 1} bytes"):
+        check(c, tmp_path)
+    # a deep working directory: the longest path a run makes is checked too
+    assert bounds.path_problem("x", tmp_path, (255, 4096)) == ""
+    assert "makes a path of" in bounds.path_problem("x" * 200, tmp_path, (255, 300))
+
+
+def test_a_study_that_measures_nothing_is_refused():
+    c = cfg()
+    c["experiments"] = {}
+    with pytest.raises(ConfigError, match="experiments: empty"):
+        validate_config(c)
+    c = cfg()
+    for body in c["experiments"].values():
+        body["profiles"] = ["disk-box"]
+    c["profile"] = "seed-box"
+    with pytest.raises(ConfigError, match="profile: 'seed-box' runs no experiment"):
+        validate_config(c)
+    # one profile of two left with nothing to measure is refused too
+    c["profile"] = ["seed-box", "disk-box"]
+    with pytest.raises(ConfigError, match="profile: 'seed-box' runs no experiment"):
+        validate_config(c)
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda c: c["experiments"]["odirect-cache"].update(cache_budget_mb=4000),
+     "cache_budget_mb: 4000 MiB is more than"),
+    (lambda c: c["experiments"].update({"x" * 300: c["experiments"].pop("madvise")}), "bytes"),
+    (lambda c: c.update(experiments={}), "experiments: empty"),
+])
+def test_snakemake_dry_run_refuses_what_the_box_cannot_hold(mutate, needle, tmp_path):
+    c = cfg()
+    mutate(c)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config/experiments.yaml").write_text(yaml.safe_dump(c))
+    res = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-n",
+                          "--directory", str(tmp_path), "results/final"],
+                         capture_output=True, text=True)
+    assert res.returncode != 0
+    assert needle in res.stdout + res.stderr
+    assert not (tmp_path / "results").exists()
