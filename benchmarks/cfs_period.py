@@ -22,7 +22,7 @@ from fullsize import ROOT  # puts the checkout on sys.path
 
 from harness.box import limits as box_limits
 from harness.box import pagecache
-from harness.box.ceilings import llama_bench
+from harness.stages.ceilings import llama_bench
 from harness.box.identity import machine_info
 from harness.box.limits import Limits
 

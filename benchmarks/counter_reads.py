@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.box.limits import Limits, run_cgroup  # noqa: E402
-from harness.run.attribution import TokenClock  # noqa: E402
+from harness.box.counters import TokenClock  # noqa: E402
 from harness.run.worker import ProcessCounters  # noqa: E402
 
 

@@ -42,11 +42,12 @@ from scipy import stats as sps
 
 from harness.analysis import metrics
 from harness.box import pagecache
-from harness.box.ceilings import llama_bench
+from harness.stages.ceilings import llama_bench
 from harness.box.identity import machine_info
 from harness.box.limits import Limits
 from harness.config import adhoc_spec
-from harness.run import attribution, supervise
+from harness.analysis import attribution
+from harness.run import supervise
 
 LEVEL = 0.90
 BENCH = "llama-bench --repack 0"
@@ -69,7 +70,7 @@ def rates(gen: pd.DataFrame) -> dict:
             "decode_ms": 1000 * float(steady.wall_s.median()),
             "hook_ms": 1000 * float(steady.hook_s.median()),
             "harness_between_ms": 1000 * float(steady.harness_s.median()),
-            "harness_between_share": attribution.between_share(gen)}
+            "harness_between_share": attribution.between_share(gen, 1)}
 
 
 def ab_share(gen: pd.DataFrame) -> float:

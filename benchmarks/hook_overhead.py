@@ -33,7 +33,7 @@ import pandas as pd
 
 from harness.analysis import metrics
 from harness.box import pagecache
-from harness.box.ceilings import llama_bench
+from harness.stages.ceilings import llama_bench
 from harness.config import adhoc_spec, cpu_quota_of, study_profiles
 from harness.box.limits import Limits
 from harness.box.identity import machine_info

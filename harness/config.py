@@ -16,7 +16,7 @@ import yaml
 
 from harness import bounds, parameters
 from harness.util import canonical
-from harness.run.mechanisms import REGISTRY
+from harness import catalog
 
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]i?)?[bB]?\s*$")
 UNITS = {None: 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
@@ -53,7 +53,7 @@ def parse_size(value, where: str) -> int:
 def _as_dict(self) -> dict:
     d = dict(self.__dict__)
     # each mechanism declares the keys it takes; only those reach it
-    d["mechanism_options"] = {k: d[k] for k in REGISTRY[self.mechanism].options}
+    d["mechanism_options"] = {k: d[k] for k in parameters.options_of(self.mechanism)}
     return d
 
 
@@ -214,13 +214,14 @@ def check_run_values(config: dict, entry: str, vals: dict, profile_name: str | N
     if cpus and not _measured_elsewhere(config) and vals["threads"] > cpus:
         raise ConfigError(f"{where}.threads: {vals['threads']} is more than the {cpus} CPUs this "
                           "process may use (each thread would wait for a core)")
-    mech = REGISTRY[vals["mechanism"]]
+    mech = catalog.BY_NAME[vals["mechanism"]]
+    options = parameters.options_of(mech.name)
     body = (config.get("experiments") or {}).get(entry) or {}
     for k in MECHANISM_DEFAULTS:
         # an option the mechanism ignores would make a duplicate measurement under a new name
-        if k in body and k not in mech.options:
+        if k in body and k not in options:
             raise ConfigError(f"{where}.{k}: {vals['mechanism']} does not read {k} (its options: "
-                              f"{', '.join(mech.options) or 'none'}); remove it, or list it only "
+                              f"{', '.join(options) or 'none'}); remove it, or list it only "
                               "on an entry whose mechanism reads it")
     model = config["models"][vals["model"]]
     n_expert = _synthetic_experts(model)
@@ -228,14 +229,15 @@ def check_run_values(config: dict, entry: str, vals: dict, profile_name: str | N
         raise ConfigError(f"{where}: model {vals['model']!r} is dense (shape {model.get('shape')!r} "
                           f"has no experts); {vals['mechanism']} prefetches experts: use mechanism "
                           "none, or a MoE model")
-    if n_expert and "lookahead_experts" in mech.options and vals["lookahead_experts"] > n_expert:
+    if n_expert and "lookahead_experts" in options and vals["lookahead_experts"] > n_expert:
         raise ConfigError(f"{where}.lookahead_experts: {vals['lookahead_experts']} is more than "
                           f"model {vals['model']!r}'s {n_expert} experts per layer")
     if profile_name is not None:
-        _check_memory_values(config, where, vals, mech, profile_name)
+        _check_memory_values(config, where, vals, options, profile_name)
 
 
-def _check_memory_values(config: dict, where: str, vals: dict, mech, profile_name: str) -> None:
+def _check_memory_values(config: dict, where: str, vals: dict, options: tuple[str, ...],
+                         profile_name: str) -> None:
     """Every memory-sized parameter the run reads, against what its profile's RAM budget leaves
     beside the model's non-expert tensors and the run's own buffers (harness.bounds)."""
     rb = config["profiles"][profile_name].get("ram_budget")
@@ -246,7 +248,7 @@ def _check_memory_values(config: dict, where: str, vals: dict, mech, profile_nam
     left = bounds.memory_left(budget, model)
     for p in parameters.PARAMETERS:
         unit = bounds.MEMORY_UNITS.get(p.unit)
-        if unit is None or vals.get(p.name) is None or (p.mechanisms and p.name not in mech.options):
+        if unit is None or vals.get(p.name) is None or (p.mechanisms and p.name not in options):
             continue
         if vals[p.name] * unit > left:
             raise ConfigError(
@@ -366,7 +368,7 @@ def _check_ram_budget(config: dict, name: str) -> None:
 def profile_limits(config: dict, device_path: str, *, ram: bool = True, cpu_quota: float | None = None,
                    profile: str | None = None):
     """The Limits of a machine profile (default: the study's first; ram=False: no RAM budget).
-    cpu_quota: the profile's CPU quota in CPUs, as calibrated (harness.box.calibrate) or given in the
+    cpu_quota: the profile's CPU quota in CPUs, as calibrated (harness.stages.calibrate) or given in the
     profile."""
     from harness.box.limits import Limits
 

@@ -59,7 +59,7 @@ class WorkerParams:
     # switch the hook off for every other generated token (tokens.csv hook_on): what the hook
     # costs, measured within one process; such a run's routing records have gaps
     hook_ab: bool = False
-    # where the per-token attribution's counters are (harness.run.attribution.CounterFiles as a dict)
+    # where the per-token attribution's counters are (harness.box.counters.CounterFiles as a dict)
     counters: dict = field(default_factory=dict)
     # True: after the load (and the mechanism's and context's setup), write out_dir/LOADED and
     # wait for out_dir/THROTTLED before the prompt: the supervisor applies the disk throttle

@@ -9,13 +9,15 @@ parameters (`harness.run.supervise`), the command line (`python -m harness`), ru
 and the generated files: the schema's parameter entries (workflow/schemas/parameters.schema.yaml),
 config/README.md's key table and docs/run-record.md (`python -m harness.docs` writes them; a test
 checks they are current). Adding a parameter touches this file, the mechanism that reads it, and
-the generated files. No imports from the rest of the package at import time: everything may
-import it.
+the generated files. It imports only the mechanism catalog (harness.catalog, a leaf): everything
+may import it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from harness import catalog
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ def current_value(name: str, value):
 
 PARAMETERS: tuple[Parameter, ...] = (
     Parameter("model", str, None, "a model name of `models:`", required=True),
-    Parameter("mechanism", str, None, "the prefetch mechanism (harness/run/mechanisms.py)",
+    Parameter("mechanism", str, None, "the prefetch mechanism (harness/catalog.py)",
               choices_from="mechanisms", required=True, worker=True, cli=("--mechanism",),
               cli_default="pread+madvise"),
     Parameter("mlock_non_expert", bool, False, "mlock every non-expert tensor at start",
@@ -159,10 +161,8 @@ def choices(p: Parameter) -> tuple:
     lookahead can wrap); () for any value of its type."""
     if not p.choices_from:
         return p.choices
-    from harness.run import mechanisms  # imports this module: only when asked
-
-    return {"mechanisms": tuple(mechanisms.REGISTRY),
-            "base mechanisms": mechanisms.base_mechanisms()}[p.choices_from]
+    return {"mechanisms": catalog.NAMES,
+            "base mechanisms": catalog.base_mechanisms()}[p.choices_from]
 
 
 def _is(value, kind: type) -> bool:

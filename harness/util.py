@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
+
+
+def utcnow() -> str:
+    """Now, in UTC, as every record's timestamps write it."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
 def sha256_file(path: os.PathLike, chunk: int = 1 << 20) -> str:

@@ -6,8 +6,8 @@ import pytest
 
 from harness.run import supervise
 from harness.analysis.metrics import run_row
-from harness.run.attribution import (CPU_BOUND, DISK_BOUND, MIXED, Snapshot, parts, regime,
-                                 run_attribution)
+from harness.analysis.attribution import CPU_BOUND, DISK_BOUND, MIXED, regime, run_attribution
+from harness.box.counters import Snapshot, parts
 from harness.config import adhoc_spec
 from harness.box.limits import Limits, cgroup_version
 
@@ -69,7 +69,7 @@ def test_run_attribution_leaves_out_the_first_token_and_shares_add_up():
     gen = _rows(wall_s=[2.0, 1.0, 1.0], thread_user_s=[0.0, 0.2, 0.2],
                 thread_delay_s=[0.0, 0.75, 0.75], throttled_s=[0.0, 1.4, 1.4],
                 io_wait_s=[2.0, 0.0, 0.0])
-    a = run_attribution(gen)
+    a = run_attribution(gen, 1)
     assert a["regime"] == CPU_BOUND
     assert a["throttled_share"] == pytest.approx(0.75) and a["io_wait_share"] == 0
     total = sum(a[k] for k in ("user_share", "hook_share", "kernel_share", "throttled_share",
@@ -80,14 +80,16 @@ def test_run_attribution_leaves_out_the_first_token_and_shares_add_up():
     assert a["between_share"] != a["between_share"]  # no harness_s column: not measured
     # measured without the kernel's counters too (they are -1 where this kernel lacks them)
     bare = _rows(wall_s=[2.0, 1.0, 1.0], io_wait_s=[-1.0] * 3, harness_s=[0.5, 0.1, 0.1])
-    b = run_attribution(bare)
+    b = run_attribution(bare, 1)
     assert b["io_wait_share"] != b["io_wait_share"] and b["between_share"] == pytest.approx(0.1)
 
 
 def test_the_harness_s_work_between_decodes_is_a_share_of_the_steady_decodes():
     gen = _rows(wall_s=[2.0, 1.0, 3.0], thread_user_s=[2.0, 1.0, 3.0],
                 harness_s=[5.0, 0.1, 0.3])  # the first token's 5 s are left out
-    assert run_attribution(gen)["between_share"] == pytest.approx(0.4 / 4.0)
+    assert run_attribution(gen, 1)["between_share"] == pytest.approx(0.4 / 4.0)
+    # the warm-up a run declares is what is left out: two tokens, and only the 3 s one counts
+    assert run_attribution(gen, 2)["between_share"] == pytest.approx(0.3 / 3.0)
 
 
 def _run(manifest, model, out, limits, **kw):

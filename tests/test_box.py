@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.box import conditions, measurelock
-from harness.box.calibrate import CalibrationError, calibrate
+from harness.stages.calibrate import CalibrationError, calibrate
 from harness.box.limits import Limits, LimitError, block_device_of, cgroup_version, run_cgroup
 
 needs_cgroups = pytest.mark.skipif(cgroup_version() is None, reason="no cgroup hierarchy")
@@ -243,7 +243,7 @@ def _io_machine(disk_s: float, compute_cpu_s: float, cpus: float = 2.0):
 
 
 def test_io_share_calibration_finds_the_quota_of_the_target_split():
-    from harness.box.calibrate import calibrate_io_share
+    from harness.stages.calibrate import calibrate_io_share
 
     measure = _io_machine(disk_s=1.27, compute_cpu_s=0.1)
     out = calibrate_io_share(measure, 0.58, cpus=2)
@@ -254,7 +254,7 @@ def test_io_share_calibration_finds_the_quota_of_the_target_split():
 
 
 def test_io_share_calibration_on_a_machine_that_cannot_reach_the_split_says_so():
-    from harness.box.calibrate import calibrate_io_share
+    from harness.stages.calibrate import calibrate_io_share
 
     # compute dominates even with every CPU: no quota, and the reachable split is recorded
     out = calibrate_io_share(_io_machine(disk_s=0.1, compute_cpu_s=2.0), 0.58, cpus=2)
@@ -368,3 +368,4 @@ def test_v2_controllers_are_enabled_one_by_one_and_a_missing_one_is_named(tmp_pa
     assert set((parent / "cgroup.subtree_control").read_text().split()) == {"memory", "cpu"}
     assert "+memory" in writes and "+cpu" in writes
     lim_mod.CgroupV2(Limits(ram_bytes=1 << 30, device_path=str(tmp_path)))._enable_controllers(parent)
+

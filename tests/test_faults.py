@@ -196,7 +196,7 @@ def test_a_full_disk_during_the_scratch_copy_leaves_no_partial_copy(manifest, ti
 def _io_ceiling_reading(directory: Path) -> subprocess.Popen:
     """An I/O ceiling in its own process, caught reading (throttled to 2 MB/s)."""
     code = ("import sys; sys.path.insert(0, %r)\nfrom pathlib import Path\n"
-            "from harness.box.ceilings import io_ceiling\nfrom harness.box.limits import Limits\n"
+            "from harness.stages.ceilings import io_ceiling\nfrom harness.box.limits import Limits\n"
             "io_ceiling(Path(%r), [64, 64], Limits(read_bps=2_000_000, device_path=%r))"
             ) % (str(ROOT), str(directory), str(directory))
     proc = subprocess.Popen([sys.executable, "-c", code])
@@ -265,7 +265,7 @@ def test_killing_the_worker_is_a_failed_run_that_leaves_nothing(manifest, tiny_m
 
 @needs_cgroups
 def test_a_sigkilled_io_ceiling_leaves_a_file_the_next_one_removes(tmp_path):
-    from harness.box.ceilings import io_ceiling
+    from harness.stages.ceilings import io_ceiling
 
     proc = _io_ceiling_reading(tmp_path)
     proc.kill()  # no cleanup at all
@@ -326,7 +326,7 @@ def test_a_ceiling_stops_when_the_pipeline_that_started_it_is_killed(tmp_path):
     pipeline = subprocess.Popen(["sleep", "120"])
     code = ("import sys; sys.path.insert(0, %r)\n"
             "from pathlib import Path\n"
-            "from harness.box import ceilings, measurelock\nfrom harness.box.limits import Limits\n"
+            "from harness.box import measurelock\nfrom harness.stages import ceilings\nfrom harness.box.limits import Limits\n"
             "measurelock.STATE_DIR = Path(%r)\n"
             "print('start', flush=True)\n"
             "ceilings.in_cgroup(Limits(device_path=%r), ['sleep', '90'])\n") % (

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.box import ceilings, pagecache
+from harness.box import pagecache
+from harness.stages import ceilings
 from harness.box.limits import Limits, cgroup_version, run_cgroup
 
 pytestmark = pytest.mark.skipif(cgroup_version() is None, reason="no cgroup hierarchy")
@@ -22,7 +23,7 @@ def test_odirect_read_is_held_to_the_throttle(tmp_path):
     samples = []
     for k in range(3):  # a shared machine: the median of three samples at different offsets
         with run_cgroup(Limits(read_bps=limit, device_path=str(tmp_path))) as cg:
-            res = subprocess.run([sys.executable, "-m", "harness.box.ceilings", "odirect", str(test),
+            res = subprocess.run([sys.executable, "-m", "harness.stages.ceilings", "odirect", str(test),
                                   str(k * (32 << 20)), str(32 << 20)], capture_output=True, text=True,
                                  preexec_fn=cg.enter)
             assert cg.in_force["read_bps"] == limit
@@ -42,7 +43,7 @@ def test_random_offsets_are_aligned_distinct_and_cover_the_request():
 def _random_read(test: Path, access: str, nbytes: int, seed: int, limits: Limits) -> dict:
     pagecache.evict(test)
     with run_cgroup(limits) as cg:
-        res = subprocess.run([sys.executable, "-m", "harness.box.ceilings", "random", str(test),
+        res = subprocess.run([sys.executable, "-m", "harness.stages.ceilings", "random", str(test),
                               access, "4", str(1 << 20), str(nbytes), str(seed)],
                              capture_output=True, text=True, preexec_fn=cg.enter)
     assert res.returncode == 0, res.stderr

@@ -16,7 +16,9 @@ from harness.analysis import metrics
 from harness.config import ConfigError, RunSpec, adhoc_spec, validate_config
 from harness.contract import WorkerParams
 from harness.run import supervise
-from harness.run.mechanisms import REGISTRY, base_mechanisms, make, read_path
+from harness import catalog
+from harness.catalog import base_mechanisms, read_path
+from harness.run.mechanisms import REGISTRY, make, register
 
 ROOT = Path(__file__).resolve().parents[1]
 P = parameters.BY_NAME
@@ -85,6 +87,30 @@ def test_each_mechanism_takes_the_declared_options_with_no_defaults_of_its_own()
     assert parameters.choices(P["lookahead_base"]) == base_mechanisms()
     with pytest.raises(KeyError, match="unknown mechanism"):
         make("lru", None)
+
+
+def test_the_runtime_implements_exactly_the_catalog_with_its_traits():
+    assert set(REGISTRY) == set(catalog.NAMES)
+    for name, cls in REGISTRY.items():
+        info = catalog.BY_NAME[name]
+        assert (cls.read_path, cls.prefetches, cls.needs_scratch_copy, cls.weights_in_page_cache) \
+            == (info.read_path, info.prefetches, info.needs_scratch_copy,
+                info.weights_in_page_cache), name
+    assert REGISTRY["odirect-cache"].read_path == "O_DIRECT" and not REGISTRY["none"].prefetches
+
+    class Unlisted(REGISTRY["madvise"]):
+        name = "madvise-twice"
+
+    with pytest.raises(TypeError, match="not in harness.catalog"):
+        register(Unlisted)
+    assert "madvise-twice" not in REGISTRY
+
+
+def test_a_wrapper_writes_the_model_through_its_base_only():
+    assert catalog.writes_model("write-in-place") and not catalog.writes_model("madvise")
+    assert catalog.writes_model("lookahead", {"lookahead_base": "write-in-place"})
+    assert not catalog.writes_model("lookahead", {"lookahead_base": "pread+madvise"})
+    assert not catalog.writes_model("lookahead")
 
 
 def test_a_parameters_problem_comes_out_each_way():

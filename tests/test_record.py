@@ -103,8 +103,14 @@ def test_the_reference_page_documents_every_field_with_its_unit():
 
 
 def test_the_worker_writes_the_declared_token_columns():
-    from harness.run import attribution, worker
+    import dataclasses
+
+    from harness.box import counters
+    from harness.run import worker
 
     assert worker.TOKEN_FIELDS == record.TOKEN_FIELDS
-    assert attribution.PART_FIELDS == record.TOKEN_FIELDS[-len(attribution.PART_FIELDS):]
-    assert "io_wait_s" in attribution.PART_FIELDS and "harness_s" not in attribution.PART_FIELDS
+    # every part the counters give a token is a declared column (a new part must be declared)
+    snap = counters.Snapshot(**{f.name: 1 for f in dataclasses.fields(counters.Snapshot)})
+    part_keys = set(counters.parts(snap, snap, 1.0))
+    assert part_keys <= set(record.TOKEN_FIELDS), part_keys - set(record.TOKEN_FIELDS)
+    assert {"io_wait_s", "sync_wait_s", "identity_ok"} <= part_keys and "harness_s" not in part_keys

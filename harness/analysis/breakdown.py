@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.analysis import metrics
-from harness.analysis.findings import Outcome
+from harness.analysis.findings import Figure, Outcome
 
 # the study broke down the time of its surviving design, at its best configuration
 STUDY_DESIGN = "pread+madvise"
@@ -32,10 +32,5 @@ def time_breakdown(runs: pd.DataFrame, summ: pd.DataFrame) -> Outcome:
              "tok_per_s_median": logon.iloc[0]["median"]},
             {"logging": "off", "run_id": logoff.iloc[0].run_id,
              "tok_per_s_median": logoff.iloc[0]["median"]}])
-
-    def draw():
-        from harness.report import plots
-
-        return plots.time_breakdown(bd)
-
-    return Outcome(None, tables, figures=[("time_breakdown", draw, f"Run `{bd['run_id']}`.")])
+    return Outcome(None, tables,
+                   figures=[Figure("time_breakdown", "time_breakdown", bd, f"Run `{bd['run_id']}`.")])

@@ -32,11 +32,16 @@ LIBGOMP_WAIT = "libgomp"
 MIN_BUDGETS = 4  # a trend against the LRU budget needs four budgets
 
 
-def _plots():
-    """The figures' module, imported when a figure is drawn (matplotlib is not needed to judge)."""
-    from harness.report import plots
+@dataclass(frozen=True)
+class Figure:
+    """A figure an analysis unit shows: `plot` names the function of harness.report.plots that
+    draws `data` (the report draws it; judging needs no matplotlib), `detail` adds to its
+    caption."""
 
-    return plots
+    name: str
+    plot: str
+    data: object
+    detail: str = ""
 
 
 def _rng(s: pd.Series) -> str:
@@ -196,13 +201,12 @@ class Study:
 @dataclass
 class Outcome:
     """What an analysis unit shows: its verdict (None for a unit that only measures), its
-    tables, notes, and its figures as (name, draw) or (name, draw, caption detail): `draw()`
-    returns the matplotlib figure (drawn only when rendered)."""
+    tables, notes, and its figures (drawn only when rendered)."""
 
     verdict: Verdict | None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    figures: list[tuple] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -308,7 +312,7 @@ class SkewFinding(Finding):
         note = (f"Routing trace: {st.trace_of} ({int(st.trace.token.nunique())} tokens incl. the "
                 f"prompt, {st.n_expert} experts).")
         return Outcome(v, {"finding2_skew": sk}, [note],
-                       figures=[("routing_heatmap", lambda: _plots().routing_heatmap(heat))])
+                       figures=[Figure("routing_heatmap", "routing_heatmap", heat)])
 
 
 class LocalityFinding(Finding):
@@ -342,8 +346,8 @@ class LocalityFinding(Finding):
         cs = metrics.cache_simulation(st.trace, sizes=sizes)
         return Outcome(v, {"finding3_locality": loc, "routing_vs_study": stats,
                            "cache_simulation": cs},
-                       figures=[("locality", lambda: _plots().locality(loc)),
-                                ("cache_simulation", lambda: _plots().cache_simulation(cs))])
+                       figures=[Figure("locality", "locality", loc),
+                                Figure("cache_simulation", "cache_simulation", cs)])
 
 
 class ScalingFinding(Finding):

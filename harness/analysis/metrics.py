@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.run import attribution
+from harness.analysis import attribution
 from harness.contract import Status
 from harness import parameters
 from harness.record import RUN_FIELDS, RunRecord, measured_window, read_run
@@ -472,12 +472,15 @@ def cache_simulation(experts: pd.DataFrame, sizes=(8, 16, 24, 32, 40, 48, 56, 64
 
 
 def read_path_of(run) -> str:
-    """The read path of a runs-table row's configuration (harness.run.mechanisms.read_path),
-    through the base mechanism a lookahead wraps (its `lookahead_base` column)."""
-    from harness.run.mechanisms import read_path
+    """The read path of a runs-table row's configuration (harness.catalog.read_path), through
+    the base mechanism a lookahead wraps (its `lookahead_base` column; the parameter's default
+    where a table has none)."""
+    from harness import catalog, parameters
 
     base = run.get("lookahead_base")
-    return read_path(run["mechanism"], {"lookahead_base": base} if isinstance(base, str) else None)
+    if not isinstance(base, str):
+        base = parameters.BY_NAME["lookahead_base"].default
+    return catalog.read_path(run["mechanism"], {"lookahead_base": base})
 
 
 def belady_misses_best_start(requests: list[set], size: int) -> int:
@@ -531,7 +534,7 @@ def kernel_cpu_per_byte(runs: pd.DataFrame) -> pd.Series:
 
 
 def io_patterns(io: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The I/O ceiling's sequential and random-read samples (harness.box.ceilings); a table from
+    """The I/O ceiling's sequential and random-read samples (harness.stages.ceilings); a table from
     before the random reads were measured holds sequential ones only."""
     if "pattern" not in io:
         return io, io.iloc[0:0]

@@ -1,3 +1,3 @@
 """The box: what the machine is and does beside a measurement, the limits a run is held to
-(cgroups, read-ahead, the CPU quota's calibration), one measurement at a time, cold starts, and
-the machine's I/O and compute ceilings."""
+(cgroups, read-ahead), the counters a token's time is read from, one measurement at a time, and
+cold starts. The stages that measure the box (ceilings, calibration) are harness.stages."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 from pathlib import Path
 
-from harness.run.attribution import CounterFiles
+from harness.box.counters import CounterFiles
 from harness.box.conditions import (BoxError, DeviceReadahead, HeldFile, parse_keyed, read_value,
                                     restore_all_leftovers)
 from harness.util import left_by_dead_process, owner_tag

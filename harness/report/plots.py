@@ -35,7 +35,7 @@ COLORS = {"io_wait": "tab:blue", "kernel": "tab:orange", "user": "tab:green", "h
 
 def attribution_plot(w, t: pd.DataFrame) -> None:
     """Per configuration, the mean steady token's wall time stacked by its parts."""
-    from harness.run.attribution import BETWEEN, PARTS
+    from harness.analysis.attribution import BETWEEN, PARTS
 
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(t) + 1.8))
     y = np.arange(len(t))

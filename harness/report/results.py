@@ -21,11 +21,11 @@ import pandas as pd
 
 from harness import parameters
 from harness.analysis import breakdown, findings, latency, limit, metrics, stats, tables
-from harness.analysis.findings import Outcome
+from harness.analysis.findings import Figure, Outcome
 from harness.record import read_run
 from harness.util import sig
 from harness.report import captions, plots
-from harness.run import attribution
+from harness.analysis import attribution
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +111,12 @@ class Writer:
                 self.table(name, table, rule)
         for note in out.notes:
             self.text(note + "\n")
-        for name, draw, *detail in out.figures:  # each unit draws its own; this only renders
-            self.plot(name, draw(), *detail)
+        for f in out.figures:
+            self.figure(f)
+
+    def figure(self, f: Figure) -> None:
+        """An analysis unit's figure, drawn by the plot function it names."""
+        self.plot(f.name, getattr(plots, f.plot)(f.data), f.detail)
 
 
 @dataclass(frozen=True)
@@ -290,7 +294,7 @@ def _attribution_section(w: Writer, d: Loaded) -> None:
         return
     plots.attribution_plot(w, t)
     w.table("attribution", t, "runs_table")
-    w.text(f"Parts of the decoding thread's wall time (`harness/run/attribution.py`): they explain a "
+    w.text(f"Parts of the decoding thread's wall time (`harness/box/counters.py`): they explain a "
            f"token within 10% in {explained:.0%} of tokens (median over "
            f"configurations). A run is disk-bound when I/O wait is at least "
            f"{attribution.BOUND_SHARE:.0%} of its mean steady token, CPU-bound when on-CPU time, "
@@ -405,8 +409,8 @@ def _findings(w: Writer, study: findings.Study) -> list[dict]:
         for note in out.notes:
             w.text(note + "\n")
         w.text(f"**Verdict: {out.verdict.verdict}** ({out.verdict.reason}). Rule: {finding.rule}.\n")
-        for name, draw, *detail in out.figures:  # each finding draws its own; this only renders
-            w.plot(name, draw(), *detail)
+        for f in out.figures:
+            w.figure(f)
         verdicts.append({"finding": finding.number, "claim": finding.title,
                          "verdict": out.verdict.verdict, "why": out.verdict.reason})
     return verdicts

@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from harness import parameters
+from harness import catalog, parameters
 from harness.models.layout import Layout
 from harness.libc import (
     MADV_DONTNEED,
@@ -88,19 +88,17 @@ class Counters:
 
 class Mechanism:
     name = "?"
-    # how the weights reach memory: "fault" (the kernel reads on a page fault or on advice into
-    # the page cache), "buffered read" (read(2)/pread(2) through the page cache) or "O_DIRECT"
-    # (around it); the distance-to-the-limit table charges kernel CPU per byte by it
-    read_path = "fault"
-    prefetches = True  # False only for the baseline
-    # the run-spec keys this mechanism takes (its constructor's kwargs), from harness.parameters
+    # its static traits (read_path, prefetches, needs_scratch_copy, weights_in_page_cache) are
+    # the catalog's (harness.catalog), given by `register`; its options (the run-spec keys its
+    # constructor takes) are the parameters declared as read by it (harness.parameters)
+    info: catalog.MechanismInfo
+    read_path: str
+    prefetches: bool
+    needs_scratch_copy: bool
+    weights_in_page_cache: bool
     options: tuple[str, ...] = ()
-    needs_scratch_copy = False  # True: it writes into the mapping, so it runs on a copy of the model
     observes: bytes | None = None  # a graph-node name prefix whose output it wants (on_hidden)
     row_fields: tuple[str, ...] = ()  # columns of the per-layer rows it records (take_rows)
-    # True: the matmuls read the file's page cache through a shared mapping, so residency is the
-    # file's (cachestat); False: the weights are remapped private and residency is the mapping's
-    weights_in_page_cache = True
 
     def __init__(self, model: MappedModel, **options):
         self.model = model
@@ -137,7 +135,15 @@ REGISTRY: dict[str, type[Mechanism]] = {}
 
 
 def register(cls):
-    # a mechanism's options are the run parameters declared as read by it
+    """Registers an implementation of a catalog entry: its traits from the catalog, its options
+    the run parameters declared as read by it."""
+    info = catalog.BY_NAME.get(cls.name)
+    if info is None:
+        raise TypeError(f"mechanism {cls.name!r} ({cls.__name__}) is not in harness.catalog: "
+                        "declare it there first")
+    cls.info = info
+    for trait in ("read_path", "prefetches", "needs_scratch_copy", "weights_in_page_cache"):
+        setattr(cls, trait, getattr(info, trait))
     cls.options = parameters.options_of(cls.name)
     REGISTRY[cls.name] = cls
     return cls
@@ -148,7 +154,6 @@ class NoPrefetch(Mechanism):
     """Plain mmap demand paging: the baseline every other row is compared with."""
 
     name = "none"
-    prefetches = False
 
     def on_route(self, layer, experts):
         pass
@@ -186,7 +191,6 @@ class PreadMadvise(Mechanism):
     buffer (warms the page cache), then MADV_WILLNEED on the mapped range."""
 
     name = "pread+madvise"
-    read_path = "buffered read"
 
     def __init__(self, model, *, willneed_after_pread: bool, **options):
         super().__init__(model, **options)
@@ -212,7 +216,6 @@ class ThreadPool(Mechanism):
     """The same preads issued from N background threads so compute can overlap I/O."""
 
     name = "threadpool"
-    read_path = "buffered read"
 
     def __init__(self, model, *, prefetch_threads: int, **options):
         super().__init__(model, **options)
@@ -263,8 +266,6 @@ class WriteInPlace(Mechanism):
     study's box."""
 
     name = "write-in-place"
-    read_path = "buffered read"
-    needs_scratch_copy = True
 
     def __init__(self, model, *, writeback: str, **options):
         super().__init__(model, **options)
@@ -319,8 +320,6 @@ class LruODirect(Mechanism):
     a separate buffer as well doubled it and killed the 800 MB run."""
 
     name = "lru-odirect"
-    read_path = "O_DIRECT"
-    weights_in_page_cache = False  # its copies are anonymous pages of a private mapping
 
     def __init__(self, model, *, lru_budget_mb: int, **options):
         super().__init__(model, **options)
@@ -419,8 +418,6 @@ class ODirectCache(Mechanism):
     (benchmarks/results/odirect_cache_sweep-2026-12-04.txt)."""
 
     name = "odirect-cache"
-    read_path = "O_DIRECT"
-    weights_in_page_cache = False  # its slabs are anonymous memory
 
     def __init__(self, model, *, cache_budget_mb: int, io_depth: int, predict_experts: int,
                  warm_start: bool, **options):
@@ -609,7 +606,7 @@ class Lookahead(Mechanism):
     def __init__(self, model, *, lookahead_base: str, lookahead_experts: int,
                  lookahead_layers: int, lookahead_call: str, lookahead_source: str, **options):
         super().__init__(model, **options)
-        if lookahead_base not in base_mechanisms():
+        if lookahead_base not in catalog.base_mechanisms():
             raise ValueError(f"lookahead_base: {lookahead_base!r} is not a base mechanism")
         if lookahead_call not in READ_AHEAD_CALLS:
             raise ValueError(f"lookahead_call: {lookahead_call!r} is not one of {READ_AHEAD_CALLS}")
@@ -745,36 +742,6 @@ def predict_experts(rows, source: str, gamma_source, gamma_target, router, k: in
     k = min(k, router.shape[0])
     top = np.argpartition(-logits, k - 1, axis=1)[:, :k]
     return {int(e) for e in top.ravel()}
-
-
-def base_mechanisms() -> tuple[str, ...]:
-    """The mechanisms a lookahead can wrap: every one but itself."""
-    return tuple(name for name, cls in REGISTRY.items() if "lookahead_base" not in cls.options)
-
-
-def read_path(name: str, options: dict | None = None) -> str:
-    """The read path of a mechanism, through the base it wraps (lookahead's lookahead_base, by
-    default the parameter's)."""
-    cls = REGISTRY.get(name)
-    if cls is None:
-        return "fault"
-    if "lookahead_base" in cls.options:
-        base = {**parameters.option_defaults(name), **(options or {})}["lookahead_base"]
-        return read_path(base) if base != name else cls.read_path
-    return cls.read_path
-
-
-def writes_model(name: str, options: dict) -> bool:
-    """Whether a mechanism with these options writes into the weights' mapping, directly or
-    through the base mechanism it wraps (lookahead's lookahead_base): such a run is given a
-    scratch copy of the model, whatever option led there."""
-    cls = REGISTRY.get(name)
-    if cls is None:
-        return False
-    if cls.needs_scratch_copy:
-        return True
-    base = options.get("lookahead_base") if "lookahead_base" in cls.options else None
-    return bool(base) and base != name and writes_model(base, {})
 
 
 def make(name: str, model: MappedModel, **options) -> Mechanism:

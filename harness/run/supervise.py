@@ -10,7 +10,6 @@ Outputs (all written atomically, so an interrupted run never leaves a finished-l
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import logging
 import os
@@ -22,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.run import attribution
+from harness.box import counters
 from harness import libc, parameters
 from harness.box import measurelock, pagecache
 from harness import record as run_record
@@ -30,19 +29,16 @@ from harness.box.conditions import BoxRecord
 from harness.contract import LOADED, THROTTLED, Status, WorkerParams
 from harness.box.limits import Limits, RunCgroup, run_cgroup
 from harness.box.identity import machine_info
-from harness.run.mechanisms import REGISTRY, writes_model
+from harness.catalog import BY_NAME as MECHANISMS, writes_model
+from harness.run.mechanisms import REGISTRY
 from harness.util import (atomic_path, atomic_write_json, left_by_dead_process, owner_tag, sha256_file,
-                          resolve_wait_policy, with_wait_policy)
+                          resolve_wait_policy, utcnow, with_wait_policy)
 from harness.models.checks import check_header
 
 log = logging.getLogger(__name__)
 
 class RunFailed(RuntimeError):
     pass
-
-
-def utcnow() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
 def _complete_lines(part: Path) -> list[str]:
@@ -169,7 +165,7 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
             record["residency_after"] = pagecache.residency(run_model)
             record.update(_collect(work, out, spec))
             record.update(_provenance(limits, time_limit_s, cg, model_info, build, model_stat))
-            record["attribution_sources"] = attribution.sources(
+            record["attribution_sources"] = counters.sources(
                 cg.counter_files(), with_wait_policy(os.environ, spec["omp_wait_policy"]))
             return _finish(record, out, work, model_path)
         except BaseException as exc:
@@ -234,7 +230,7 @@ def verified_identity(model: Path, sha256: str, record: Path) -> bool:
 
 def _check_inputs(model_path: str, layout: dict, limits: Limits, mechanism: str = "none") -> None:
     check_header(model_path, layout["file_size"])
-    if not layout.get("n_expert") and REGISTRY[mechanism].prefetches:
+    if not layout.get("n_expert") and MECHANISMS[mechanism].prefetches:
         raise RunFailed(f"{model_path} is dense (no experts); {mechanism} prefetches experts, so "
                         "its run would measure nothing it is for: use mechanism none, or a MoE "
                         "model")

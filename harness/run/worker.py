@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.build import bindings as hlib
-from harness.run import attribution
+from harness.box import counters
 from harness import libc, record
 from harness.box import pagecache
 from harness.run import mechanisms as mech
@@ -397,7 +397,7 @@ class Worker:
         self.moments: dict = {}
         self.generated: list[int] = []
         self.routed_total = self.prefetched_total = self.mismatches = 0
-        self.clock = attribution.TokenClock(attribution.CounterFiles(**p.counters))
+        self.clock = counters.TokenClock(counters.CounterFiles(**p.counters))
         self.counters = ProcessCounters(p.cgroup_io_stat)
         self.last_decode_end: float | None = None  # perf_counter at the end of the last decode
 
@@ -580,7 +580,7 @@ class Worker:
             "bytes_read": c1["bytes_read"] - c0["bytes_read"], "hook_s": f"{hook.hook_s:.6f}",
             "mechanism_s": f"{hook.mechanism_s:.6f}", "hook_on": int(hook_on), "harness_s": f"{harness_s:.6f}",
             **{k: (f"{v:.6f}" if isinstance(v, float) else v)
-               for k, v in attribution.parts(snap0, snap1, wall).items()}}
+               for k, v in counters.parts(snap0, snap1, wall).items()}}
 
     def write_row(self, row: dict) -> None:
         # the decode's expert rows first, flushed with its token row: a run its limits kill is a

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from harness.box import pagecache
-from harness.box.ceilings import llama_bench
+from harness.stages.ceilings import llama_bench
 from harness.config import cpu_quota_of, profile_limits
 from harness.models.staging import staged_model
 from harness.util import resolve_wait_policy

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 from harness.box import pagecache
-from harness.box.calibrate import calibrate
-from harness.box.ceilings import io_share_calibration
-from harness.box.ceilings import llama_bench
+from harness.stages.calibrate import calibrate
+from harness.stages.ceilings import io_share_calibration
+from harness.stages.ceilings import llama_bench
 from harness.config import profile_limits
 from harness.models.staging import staged_model
-from harness.run.supervise import utcnow
+from harness.util import utcnow
 from harness.util import atomic_write_json
 
 cfg = snakemake.params.config
@@ -29,7 +29,7 @@ elif prof.get("compute_target_tok_s") is None and prof.get("io_share_target") is
         snakemake.input.moe_layout, prof["io_share_target"], prompt=snakemake.params.prompt),
         moe_model=snakemake.params.moe_model, measured_from=moe,
         how="calibrated: I/O-wait share of pread+madvise+mlock on the MoE model, cold, under the "
-            "profile (harness.run.attribution)")
+            "profile (harness.analysis.attribution)")
     if out.get("cpu_quota") is not None and not out["within_tolerance"]:
         sys.exit(f"cpu_quota: no quota brings the I/O share within {out['tolerance']} of "
                  f"{out['io_share_target']} (closest {out['io_share_at_quota']:.3f} at "

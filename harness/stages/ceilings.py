@@ -28,8 +28,8 @@ from harness.box import measurelock, pagecache
 from harness.contract import Status
 from harness.box.limits import Limits, run_cgroup
 from harness.parameters import BY_NAME
-from harness.run.supervise import utcnow
-from harness.util import left_by_dead_process, owner_tag, resolve_wait_policy, with_wait_policy
+from harness.util import (left_by_dead_process, owner_tag, resolve_wait_policy, utcnow,
+                          with_wait_policy)
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ def io_ceiling(scratch_dir: Path, samples_mib: list[int], limits: Limits, slab_b
 
 def _sample(scratch_dir: Path, limits: Limits, argv_tail: list[str], i: int) -> tuple[dict, dict]:
     """One sample in its own process inside a fresh cgroup with the profile's limits."""
-    argv = [sys.executable, "-m", "harness.box.ceilings", *argv_tail]
+    argv = [sys.executable, "-m", "harness.stages.ceilings", *argv_tail]
     res_path = scratch_dir / f".io-{owner_tag()}-{i}.json"
     with open(res_path, "w") as out:
         rc, in_force = in_cgroup(limits, argv, stdout=out)
@@ -310,13 +310,14 @@ IO_SHARE_RUN = {"mechanism": "pread+madvise", "mlock_non_expert": True, "tokens"
 def io_share_calibration(config: dict, manifest: dict, model: str, model_info: dict, layout: str,
                          target: float, prompt: str | None = None) -> dict:
     """The CPU quota under which pread+madvise+mlock on the MoE model spends `target` of its
-    steady token waiting on I/O (harness.run.attribution), each step a cold harness run."""
+    steady token waiting on I/O (harness.analysis.attribution), each step a cold harness run."""
     import tempfile
 
     import pandas as pd
 
-    from harness.run import attribution, supervise
-    from harness.box.calibrate import calibrate_io_share
+    from harness.analysis import attribution
+    from harness.run import supervise
+    from harness.stages.calibrate import calibrate_io_share
     from harness.config import adhoc_spec, profile_limits
 
     prof = config["profiles"][config["profile"]]
@@ -335,7 +336,9 @@ def io_share_calibration(config: dict, manifest: dict, model: str, model_info: d
             if rec.status != "ok":
                 return float("nan")
             tok = pd.read_csv(Path(d) / "tokens.csv")
-        return attribution.run_attribution(tok[tok.phase == "gen"])["io_wait_share"]
+        # the registry's warm-up (adhoc_spec), not yet the study's
+        return attribution.run_attribution(tok[tok.phase == "gen"], spec["warmup_tokens"])[
+            "io_wait_share"]
 
     return calibrate_io_share(measure, target, cpus=prof["threads"])
 
