@@ -369,3 +369,15 @@ def test_v2_controllers_are_enabled_one_by_one_and_a_missing_one_is_named(tmp_pa
     assert "+memory" in writes and "+cpu" in writes
     lim_mod.CgroupV2(Limits(ram_bytes=1 << 30, device_path=str(tmp_path)))._enable_controllers(parent)
 
+
+def test_the_io_share_calibration_measures_after_the_studys_own_warm_up():
+    import yaml
+
+    from harness.stages.ceilings import IO_SHARE_RUN, io_share_window
+
+    c = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/experiments.yaml").read_text())
+    c["profile"] = "disk-box"
+    warmup = c["defaults"]["warmup_tokens"]
+    assert warmup == 4 and io_share_window(c) == (warmup + IO_SHARE_RUN["measured_tokens"], warmup)
+    c["profiles"]["disk-box"]["run_defaults"] = {"warmup_tokens": 2}  # a profile's own warm-up wins
+    assert io_share_window(c) == (2 + IO_SHARE_RUN["measured_tokens"], 2)

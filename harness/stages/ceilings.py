@@ -303,14 +303,26 @@ def llama_bench(bench: str, model: str, threads: int, tokens: int, load_mode: st
     return rec
 
 
-# the calibration configuration of an I/O-share target: the study's best design, short runs
-IO_SHARE_RUN = {"mechanism": "pread+madvise", "mlock_non_expert": True, "tokens": 6}
+# the calibration configuration of an I/O-share target: the study's best design, short runs of
+# `measured_tokens` after the study's own warm-up (the profile's warmup_tokens)
+IO_SHARE_RUN = {"mechanism": "pread+madvise", "mlock_non_expert": True, "measured_tokens": 5}
+
+
+def io_share_window(config: dict) -> tuple[int, int]:
+    """(tokens, warmup_tokens) of a calibration run: the warm-up the study's runs under this
+    profile take, then IO_SHARE_RUN's measured tokens."""
+    from harness.config import profile_run_defaults
+
+    warmup = profile_run_defaults(config, config["profile"]).get(
+        "warmup_tokens", BY_NAME["warmup_tokens"].default)
+    return warmup + IO_SHARE_RUN["measured_tokens"], warmup
 
 
 def io_share_calibration(config: dict, manifest: dict, model: str, model_info: dict, layout: str,
                          target: float, prompt: str | None = None) -> dict:
     """The CPU quota under which pread+madvise+mlock on the MoE model spends `target` of its
-    steady token waiting on I/O (harness.analysis.attribution), each step a cold harness run."""
+    steady token waiting on I/O (harness.analysis.attribution), each step a cold harness run
+    measured over the window the study's runs use."""
     import tempfile
 
     import pandas as pd
@@ -322,11 +334,12 @@ def io_share_calibration(config: dict, manifest: dict, model: str, model_info: d
 
     prof = config["profiles"][config["profile"]]
     info = dict(model_info, path=model)
+    tokens, warmup = io_share_window(config)
 
     def measure(quota):
         spec = adhoc_spec("io-share-calibration", Path(model).stem, IO_SHARE_RUN["mechanism"],
                           mlock_non_expert=IO_SHARE_RUN["mlock_non_expert"],
-                          tokens=IO_SHARE_RUN["tokens"], threads=prof["threads"],
+                          tokens=tokens, warmup_tokens=warmup, threads=prof["threads"],
                           time_limit_s=3600, **({"prompt": prompt} if prompt else {}))
         with tempfile.TemporaryDirectory(prefix=".io-share-") as d:
             rec = supervise.run(spec, d, lib_dir=manifest["lib_dir"], build=manifest,
@@ -336,9 +349,7 @@ def io_share_calibration(config: dict, manifest: dict, model: str, model_info: d
             if rec.status != "ok":
                 return float("nan")
             tok = pd.read_csv(Path(d) / "tokens.csv")
-        # the registry's warm-up (adhoc_spec), not yet the study's
-        return attribution.run_attribution(tok[tok.phase == "gen"], spec["warmup_tokens"])[
-            "io_wait_share"]
+        return attribution.run_attribution(tok[tok.phase == "gen"], warmup)["io_wait_share"]
 
     return calibrate_io_share(measure, target, cpus=prof["threads"])
 
