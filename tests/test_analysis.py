@@ -230,3 +230,23 @@ def test_the_window_floor_reads_only_the_windows_tokens_at_the_smallest_slab():
     assert metrics.window_floor_bytes(ex, slab, 10, [5, 6, 7]) == 3 * 10
     # the window only: (0,2) (1,3) (0,1) (1,3) from a start holding (0,2): 2 misses
     assert metrics.window_floor_bytes(ex, slab, 10, [6, 7]) == 2 * 10
+
+
+def test_the_machine_table_shows_each_profiles_own_limits():
+    from pathlib import Path
+
+    from harness.analysis.tables import machine_limits
+    from harness.record import read_run
+
+    runs = Path(__file__).resolve().parents[1] / "reference/vm-2026-12-06/results/runs"
+    records = [read_run(runs / f"{c}@{p}/rep1/run.json") for c in ("baseline", "madvise")
+               for p in ("seed-box", "disk-box")]
+    t = machine_limits(records, ["seed-box", "disk-box"]).set_index("profile")
+    assert list(t.index) == ["seed-box", "disk-box"]
+    # seed-box ran under its calibrated CPU quota, disk-box under none: the rows say so
+    assert t.loc["seed-box", "cpu_quota"] == pytest.approx(0.09189, abs=1e-4)
+    assert pd.isna(t.loc["disk-box", "cpu_quota"])
+    assert (t.ram_budget_bytes == 1825357824).all() and (t.hostname == "vm").all()
+    # the records of one profile only: one row, and a profile with no runs has none
+    disk_only = [r for r in records if r.spec.profile == "disk-box"]
+    assert list(machine_limits(disk_only, ["seed-box", "disk-box"]).profile) == ["disk-box"]

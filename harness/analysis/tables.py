@@ -216,3 +216,25 @@ def unenforced_count(all_runs: pd.DataFrame) -> int:
 def identity_ok_median(attribution_table: pd.DataFrame) -> float:
     """The median over configurations of the share of tokens whose parts explain their time."""
     return float(attribution_table.identity_ok_share.median())
+
+
+# the machine table's limit columns: (column, the record's limit)
+MACHINE_LIMITS = (("ram_budget_bytes", "ram_bytes"), ("read_bps_limit", "read_bps"),
+                  ("write_bps_limit", "write_bps"), ("cpu_quota", "cpu_quota"),
+                  ("cgroup", "cgroup"))
+
+
+def machine_limits(records: list, profiles: list[str]) -> pd.DataFrame:
+    """Each machine the records name, once per profile, with that profile's own limits as the
+    kernel held its first run to them (every run of a profile has its limits). In a study of
+    one profile, records written without a profile count as its."""
+    rows = []
+    for name in profiles:
+        mine = [r for r in records if r.spec.profile == name
+                or (len(profiles) == 1 and not r.spec.profile)]
+        if not mine:
+            continue
+        machines = pd.DataFrame([r.machine for r in mine]).drop_duplicates()
+        limits = {col: mine[0].limit(key) for col, key in MACHINE_LIMITS}
+        rows.append(machines.assign(profile=name, **limits))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
