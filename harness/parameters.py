@@ -4,7 +4,7 @@ mechanisms read it, whether an experiment may list values of it, and what it mea
 Everything else that names a run parameter is derived from this registry: the config's
 expansion and its checks (`harness.config`: the keys, the sweepable set, every bound),
 `harness.config.RunSpec` and the record's `harness.record.Spec`, each mechanism's options and
-their defaults (`harness.run.mechanisms.make`), the mapping of a run spec into the worker's
+their defaults (`harness.run.mechanisms.base.make`), the mapping of a run spec into the worker's
 parameters (`harness.run.supervise`), the command line (`python -m harness`), runs.csv's columns,
 and the generated files: the schema's parameter entries (workflow/schemas/parameters.schema.yaml),
 config/README.md's key table and docs/run-record.md (`python -m harness.docs` writes them; a test

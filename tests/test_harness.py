@@ -448,6 +448,7 @@ PROBE = '''
 import json, sys
 import numpy as np
 import pandas as pd
+from harness import catalog
 from harness.run import mechanisms as mech, worker
 from harness.contract import WorkerParams
 
@@ -456,6 +457,8 @@ from harness.contract import WorkerParams
 class ProbsProbe(mech.NoPrefetch):
     """Demand paging that also keeps every layer's router probabilities (ffn_moe_probs-<L>)."""
     name = "probs-probe"
+    info = catalog.MechanismInfo(name, "demand paging that keeps the router's probabilities",
+                                 prefetches=False)
     observes = b"ffn_moe_probs-"
 
     def __init__(self, model, **o):

@@ -520,7 +520,7 @@ def window_floor_bytes(experts: pd.DataFrame, slab_bytes: dict[int, int], cache_
 
 
 def kernel_cpu_per_byte(runs: pd.DataFrame) -> pd.Series:
-    """Per read path (harness.run.mechanisms.read_path), the least kernel CPU seconds any ok run of it
+    """Per read path (harness.catalog.read_path), the least kernel CPU seconds any ok run of it
     spent per byte its cgroup read: the decoding thread's kernel time per steady token over the
     bytes per token. The least, because a floor may not charge more than the cheapest run paid
     (kernel time also holds work other than reading)."""
@@ -542,7 +542,7 @@ def io_patterns(io: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def read_path_io_ceilings(io: pd.DataFrame, read_bps: float | None = None) -> dict[str, float]:
-    """Per read path (harness.run.mechanisms.read_path), bytes/s: the fastest any I/O ceiling sample
+    """Per read path (harness.catalog.read_path), bytes/s: the fastest any I/O ceiling sample
     of the path's kind ran. O_DIRECT: its sequential and random samples; buffered reads: the
     random buffered ones; faults (the page cache's read-ahead, neither kind): every sample. The
     fastest, because a floor may not assume a read slower than one measured. A kind with no

@@ -62,7 +62,7 @@ def odirect_read(path: str, offset: int, nbytes: int) -> dict:
     return {"mb_per_s": nbytes / dt / 1e6, "cpu_s": cpu}
 
 
-# the access kinds of the random-read samples, named as harness.run.mechanisms.read_path names them
+# the access kinds of the random-read samples, named as harness.catalog.read_path names them
 BUFFERED, ODIRECT = "buffered read", "O_DIRECT"
 PAGE = 4096
 
