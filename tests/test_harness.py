@@ -194,7 +194,7 @@ class FakeTensor:
     (dict(nb1=2), "row stride"), (dict(ne1=3), "3 rows for a batch of 1")])
 def test_hook_refuses_a_routing_tensor_it_cannot_read(tiny_models, bad, needle):
     from harness.models.layout import Layout
-    from harness.run.worker import RoutingHook
+    from harness.run.hook import RoutingHook
 
     hook = RoutingHook.__new__(RoutingHook)
     hook.layout, hook.batch_n = Layout(tiny_models["olmoe-tiny-Q4_K_M"]["data"]), 1
@@ -217,7 +217,8 @@ class _NativeTopk:
         from harness.build import bindings as hlib
         from harness.models.layout import Layout
         from harness.run.mechanisms import NoPrefetch, Residency
-        from harness.run.worker import NativeRouting, RoutingHook, find_mapping
+        from harness.run.hook import NativeRouting, RoutingHook
+        from harness.run.worker import find_mapping
 
         self.ctypes, self.file = ctypes, open(model["gguf"], "rb")
         self.map = mmap.mmap(self.file.fileno(), 0, prot=mmap.PROT_READ)
