@@ -31,7 +31,7 @@ from fullsize import ROOT, arguments, inputs, worker_run
 
 import pandas as pd
 
-from harness.analysis import metrics
+from harness.analysis import run_table
 from harness.box import pagecache
 from harness.stages.ceilings import llama_bench
 from harness.config import adhoc_spec, cpu_quota_of, study_profiles
@@ -67,7 +67,7 @@ def harness_tok_s(gen: pd.DataFrame) -> tuple[float, float]:
     """Steady tok/s of the generated tokens, as the pipeline reports a run (the first generated
     token left out: llama-bench runs a warm-up first), and the hook time the run recorded per
     token (ms)."""
-    return metrics.steady_rate(gen), 1000 * float(gen.hook_s.median())
+    return run_table.steady_rate(gen), 1000 * float(gen.hook_s.median())
 
 
 def ab_ratio(gen: pd.DataFrame) -> tuple[float, float]:

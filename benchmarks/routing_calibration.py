@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd
 
 from harness.models import synthetic
-from harness.analysis import metrics
+from harness.analysis import traces
 from harness.models.layout import read_layout
 from harness.util import atomic_write_json
 
@@ -79,7 +79,7 @@ def measure(man: dict, shape, d: Path) -> None:
     subprocess.run([sys.executable, "-m", "harness.run.worker", str(d / "params.json")],
                    stderr=subprocess.DEVNULL, check=True)
     ex = pd.read_csv(d / "run/experts.csv.part")
-    sk, loc = metrics.skew(ex), metrics.locality(ex)
+    sk, loc = traces.skew(ex), traces.locality(ex)
     print(json.dumps({"recipe": synthetic.weight_recipe(), "shape": shape.name,
                       "experts_for_80pct_median": float(sk.experts_for_80pct.median()),
                       "distinct_median": float(sk.distinct_experts.median()),

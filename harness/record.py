@@ -401,7 +401,7 @@ def _parameter_columns() -> tuple[RunColumn, ...]:
     return tuple(RunColumn(p.name, p.unit, p.doc, "run.json spec") for p in parameters.PARAMETERS)
 
 
-# one row per run record: harness.analysis.metrics.run_row writes exactly these columns, in this
+# one row per run record: harness.analysis.run_table.run_row writes exactly these columns, in this
 # order (a test checks it), and runs_table adds the last three
 RUN_COLUMNS: tuple[RunColumn, ...] = (
     RunColumn("run_id", "", "the configuration's id", "run.json"),
@@ -527,9 +527,9 @@ RUN_COLUMNS: tuple[RunColumn, ...] = (
     RunColumn("record", "", "the run.json it comes from", "analysis"),
     RunColumn("configuration", "", "the configuration the run measures: runs of the same "
               "resolved spec are one, named by the first of their run ids "
-              "(harness.analysis.metrics.configuration_ids)", "analysis"),
+              "(harness.analysis.configurations.configuration_ids)", "analysis"),
     RunColumn("flag_reason", "", "why the machine disturbed this repeat (empty: it did not)",
-              "analysis (harness.analysis.metrics.flag_reason)"),
+              "analysis (harness.analysis.run_table.flag_reason)"),
     RunColumn("disturbed", "", "flagged: left out of the verdicts, never out of the tables",
               "analysis"),
 )
@@ -556,7 +556,7 @@ def reference_page() -> str:
             "| column | unit | what |", "|---|---|---|"]
     out += [f"| `{c.name}` | {c.unit} | {c.doc} |" for c in TOKEN_COLUMNS]
     out += ["", "## runs.csv", "", "One row per run record (`results/final/runs.csv`, written by "
-            "`harness.analysis.metrics.runs_table`). *Per token* columns average the generated "
+            "`harness.analysis.run_table.runs_table`). *Per token* columns average the generated "
             "tokens (the first included); *share* columns are of the mean steady token (the "
             "first generated token left out). Empty cells: not recorded by that run (an older "
             "format, a mechanism that does not do it, or a counter the machine lacks).", "",

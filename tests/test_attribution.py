@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from harness.run import supervise
-from harness.analysis.metrics import run_row
+from harness.analysis.run_table import run_row
 from harness.analysis.attribution import CPU_BOUND, DISK_BOUND, MIXED, regime, run_attribution
 from harness.box.counters import Snapshot, parts
 from harness.config import adhoc_spec

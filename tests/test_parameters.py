@@ -12,7 +12,7 @@ import yaml
 
 from harness import docs, parameters, record
 from harness.__main__ import add_run_parameters
-from harness.analysis import metrics
+from harness.analysis import floors, run_table
 from harness.config import ConfigError, RunSpec, adhoc_spec, validate_config
 from harness.contract import WorkerParams
 from harness.run import supervise
@@ -145,9 +145,9 @@ def test_the_command_line_has_each_declared_flag_with_its_default():
 
 
 def test_run_row_writes_exactly_the_declared_columns_with_every_parameter():
-    rows = [metrics.run_row(p) for p in sorted(REFERENCE_RUNS.glob("*@seed-box/rep1/run.json"))[:3]]
+    rows = [run_table.run_row(p) for p in sorted(REFERENCE_RUNS.glob("*@seed-box/rep1/run.json"))[:3]]
     assert rows and all(list(r) == record.RUN_FIELDS[:-3] for r in rows)
-    table = metrics.runs_table(sorted(REFERENCE_RUNS.glob("lookahead@*/rep1/run.json")))
+    table = run_table.runs_table(sorted(REFERENCE_RUNS.glob("lookahead@*/rep1/run.json")))
     assert list(table.columns) == record.RUN_FIELDS
     assert set(parameters.RUN_KEYS) <= set(table.columns)
     assert (table.lookahead_base == "madvise").all() and (table.lookahead_experts == 12).all()
@@ -159,7 +159,7 @@ def test_a_lookahead_is_costed_by_the_read_path_of_its_base():
                          {"mechanism": "lookahead", "lookahead_base": "odirect-cache"},
                          {"mechanism": "lookahead", "lookahead_base": float("nan")},
                          {"mechanism": "madvise"}])
-    assert [metrics.read_path_of(r) for _, r in rows.iterrows()] == \
+    assert [floors.read_path_of(r) for _, r in rows.iterrows()] == \
         ["buffered read", "O_DIRECT", "fault", "fault"]
     assert read_path("lookahead") == read_path(P["lookahead_base"].default)
 
@@ -168,4 +168,4 @@ def test_cpu_steal_is_a_share_of_the_machines_cpus():
     runs = pd.DataFrame({"cpu_steal_s": [3.0, 3.0], "run_wall_s": [10.0, 10.0],
                          "machine_cpus": [2, 8]})
     # 3 s of 20 CPU-seconds is over the bound; of 80 it is not
-    assert list(metrics.flag_reason(runs)) == ["CPU steal", ""]
+    assert list(run_table.flag_reason(runs)) == ["CPU steal", ""]

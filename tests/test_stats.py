@@ -182,7 +182,7 @@ def test_a_sweep_that_is_not_a_line_is_judged_per_setting():
 
 def test_runs_of_one_resolved_spec_are_one_configuration_whatever_their_ids():
     from harness import parameters
-    from harness.analysis import metrics
+    from harness.analysis import configurations
 
     base = {p.name: p.default for p in parameters.PARAMETERS if p.default is not None}
     row = {**base, "profile": "seed-box", "model": "olmoe-q4", "mechanism": "pread+madvise",
@@ -192,13 +192,13 @@ def test_runs_of_one_resolved_spec_are_one_configuration_whatever_their_ids():
                           "repeats": 3},
                          {**row, "run_id": "wait-policy--omp-wait-policy-libgomp@seed-box",
                           "omp_wait_policy": "libgomp"}])
-    ids = list(metrics.configuration_ids(runs))
+    ids = list(configurations.configuration_ids(runs))
     assert ids[0] == ids[1] == "pread-madvise-mlock@seed-box" and ids[2] != ids[0]
-    merged = metrics.merged_configurations(runs.assign(configuration=ids))
+    merged = configurations.merged_configurations(runs.assign(configuration=ids))
     assert list(merged.runs) == [2] and "wait-policy--omp-wait-policy-passive" in merged.run_ids[0]
     # a table without every parameter cannot tell: each run id is its own
     partial = runs[["run_id", "mechanism", "model"]]
-    assert list(metrics.configuration_ids(partial)) == list(partial.run_id)
+    assert list(configurations.configuration_ids(partial)) == list(partial.run_id)
 
 
 
@@ -206,7 +206,7 @@ def test_each_regime_is_judged_at_its_own_length_and_a_trace_beside_a_configurat
     """vm-2026-12-06 lost every seed-box finding and disk-box's LRU to one length for the whole
     study: seed-box's runs are 28 tokens (its run_defaults), the LRU's 20, the rest 36."""
     from harness import parameters
-    from harness.analysis import metrics
+    from harness.analysis import configurations
 
     base = {p.name: p.default for p in parameters.PARAMETERS if p.default is not None}
 
@@ -221,11 +221,11 @@ def test_each_regime_is_judged_at_its_own_length_and_a_trace_beside_a_configurat
                          run("disk-box", "lru-odirect", 20, lru_budget_mb=300),
                          # a routing trace: pread+madvise again, longer, beside the 36-token runs
                          run("disk-box", "pread+madvise", 64)])
-    judged = list(metrics.at_study_length(runs))
+    judged = list(configurations.at_study_length(runs))
     assert judged == [True] * 7 + [False]
     # without its 36-token sibling the 64-token run is its configuration's only length: judged
     alone = runs.drop(index=4).reset_index(drop=True)
-    assert list(metrics.at_study_length(alone)) == [True] * 7
+    assert list(configurations.at_study_length(alone)) == [True] * 7
 
 
 REFERENCE_RUNS = Path(__file__).resolve().parents[1] / "reference/vm-2026-12-06/results/final/runs.csv"

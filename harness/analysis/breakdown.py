@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.analysis import metrics
+from harness.analysis import run_table
 from harness.analysis.findings import Figure, Outcome
 
 # the study broke down the time of its surviving design, at its best configuration
@@ -17,12 +17,12 @@ STUDY_BREAKDOWN = ("at the best configuration, pread 58% and compute 42% of the 
 
 
 def time_breakdown(runs: pd.DataFrame, summ: pd.DataFrame) -> Outcome:
-    """`runs`: the judged runs; `summ`: metrics.summarize's rows (its `median` is tok/s)."""
+    """`runs`: the judged runs; `summ`: configurations.summarize's rows (its `median` is tok/s)."""
     design = summ[summ.mechanism == STUDY_DESIGN]
     cands = design[design.run_id.isin(runs.run_id)].sort_values("median", ascending=False)
     if cands.empty:
         return Outcome(None, notes=[f"No {STUDY_DESIGN} runs to break down."])
-    bd = metrics.time_breakdown(runs, cands.iloc[0].run_id)
+    bd = run_table.time_breakdown(runs, cands.iloc[0].run_id)
     tables = {"time_breakdown": pd.DataFrame([bd])}
     logoff = design[~design.log_experts.astype(bool)]
     logon = design[design.log_experts.astype(bool) & design.mlock_non_expert.astype(bool)]

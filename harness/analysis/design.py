@@ -126,13 +126,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--config", help="also estimate this experiments config's run minutes "
                     "(its own tokens and repeats) from the runs' rates")
     a = ap.parse_args(argv)
-    from harness.analysis import metrics
+    from harness.analysis import configurations
 
     runs = pd.read_csv(a.runs_csv)
     disturbed = runs["disturbed"].fillna(False).astype(bool) if "disturbed" in runs else False
     runs = runs[(runs.status == "ok") & ~disturbed]
     if "configuration" not in runs:
-        runs = runs.assign(configuration=metrics.configuration_ids(runs))
+        runs = runs.assign(configuration=configurations.configuration_ids(runs))
     for profile, g in runs.groupby("profile"):
         d = regime_design(g)
         print(f"## {profile}\n")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from harness.analysis import metrics, stats
+from harness.analysis import configurations, stats, traces
 from harness.analysis.stats import FAILS, HOLDS, INCONCLUSIVE
 from harness.contract import Status
 from harness.analysis.stats import Verdict
@@ -74,7 +74,7 @@ def _attribution_side_by_side(runs: list[pd.DataFrame], by: list[str],
 
 def _one(sel: pd.DataFrame) -> str:
     """The configuration a selection of runs is (runs of one resolved spec under several run ids
-    are one: metrics.configuration_ids), the most frequent if several."""
+    are one: configurations.configuration_ids), the most frequent if several."""
     return sel[CONFIG].mode().iloc[0]
 
 
@@ -104,7 +104,7 @@ class Study:
 
     def __post_init__(self):
         if CONFIG not in self.runs:  # a table from before the column: each run id its own
-            self.runs = self.runs.assign(**{CONFIG: metrics.configuration_ids(self.runs)})
+            self.runs = self.runs.assign(**{CONFIG: configurations.configuration_ids(self.runs)})
 
     @classmethod
     def of(cls, runs: pd.DataFrame, all_runs: pd.DataFrame, layouts: dict, q4: str, q2: str,
@@ -112,10 +112,10 @@ class Study:
            min_effect: float | None = None) -> Study:
         """The study of one regime: `runs` the judged runs, the routing trace the longest
         logged one of `all_runs`."""
-        tr = metrics.trace_run(all_runs, q4)
+        tr = traces.trace_run(all_runs, q4)
         return cls(runs=runs, layouts=layouts, q4=q4, q2=q2, io_mb_s=io_mb_s,
                    dense_ceiling=dense_ceiling, moe_ceiling=moe_ceiling,
-                   trace=metrics.read_trace(tr) if tr is not None else None,
+                   trace=traces.read_trace(tr) if tr is not None else None,
                    trace_synthetic=bool(tr.synthetic) if tr is not None else True,
                    trace_of=f"run `{tr.run_id}` repeat {tr['repeat']}" if tr is not None else "",
                    n_expert=layouts.get(q4, {}).get("n_expert", 0),
@@ -300,7 +300,7 @@ class SkewFinding(Finding):
     def evaluate(self, st):
         if st.trace is None:
             return Outcome(Verdict(INCONCLUSIVE, "no run logged its expert activations"))
-        sk = metrics.skew(st.trace)
+        sk = traces.skew(st.trace)
         frac = float(sk.experts_for_80pct.median()) / max(st.n_expert, 1)
         if st.trace_synthetic:
             v = Verdict(INCONCLUSIVE, "routing of a synthetic model is not the original's")
@@ -308,7 +308,7 @@ class SkewFinding(Finding):
             v = Verdict(HOLDS if frac >= 0.25 else FAILS,
                         f"the median layer needs {frac:.0%} of its experts for 80%")
         lay = st.layouts.get(st.q4, {})
-        heat = metrics.routing_heatmap(st.trace, lay.get("n_layer", 0), lay.get("n_expert", 0))
+        heat = traces.routing_heatmap(st.trace, lay.get("n_layer", 0), lay.get("n_expert", 0))
         note = (f"Routing trace: {st.trace_of} ({int(st.trace.token.nunique())} tokens incl. the "
                 f"prompt, {st.n_expert} experts).")
         return Outcome(v, {"finding2_skew": sk}, [note],
@@ -319,7 +319,7 @@ class LocalityFinding(Finding):
     def evaluate(self, st):
         if st.trace is None:
             return Outcome(Verdict(INCONCLUSIVE, "no run logged its expert activations"))
-        loc = metrics.locality(st.trace)
+        loc = traces.locality(st.trace)
         by_d = loc.set_index("distance").shared_fraction if len(loc) else pd.Series(dtype=float)
         d1 = float(by_d.get(1, float("nan")))
         if st.trace_synthetic:
@@ -328,7 +328,7 @@ class LocalityFinding(Finding):
             v = Verdict(INCONCLUSIVE, "trace too short")
         else:
             v = Verdict(HOLDS if d1 < 0.5 else FAILS, f"adjacent tokens share {d1:.1%}")
-        sk = metrics.skew(st.trace)
+        sk = traces.skew(st.trace)
         stats = pd.DataFrame([
             {"statistic": "experts for 80% of a layer's activations (median)",
              "this_run": float(sk.experts_for_80pct.median()),
@@ -343,7 +343,7 @@ class LocalityFinding(Finding):
         stats["this_run"] = stats["this_run"].astype(str)
         # what any expert cache could do on this trace: LRU, LFU and Belady's optimum
         sizes = sorted({max(1, st.n_expert * k // 8) for k in range(1, 9)})
-        cs = metrics.cache_simulation(st.trace, sizes=sizes)
+        cs = traces.cache_simulation(st.trace, sizes=sizes)
         return Outcome(v, {"finding3_locality": loc, "routing_vs_study": stats,
                            "cache_simulation": cs},
                        figures=[Figure("locality", "locality", loc),
@@ -441,7 +441,7 @@ class SwitchesFinding(Finding):
             elif label == "write-in-place":
                 v = stats.above(st.compare(base, sel), WRITE_IN_PLACE_SLOWER,
                                 "pread+madvise over write-in-place")
-                shared, note = metrics.writes_share_the_disk(sel)
+                shared, note = configurations.writes_share_the_disk(sel)
                 if not shared:  # the claim's cause (writes competing with reads) cannot happen here
                     v = Verdict(INCONCLUSIVE, f"{v.reason}; not judged: {note}", v.interval)
             else:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.analysis import metrics
+from harness.analysis import floors, traces
 from harness.analysis.findings import Outcome
 from harness.analysis.stats import FAILS, HOLDS, INCONCLUSIVE, Verdict
 from harness.contract import Status
@@ -34,26 +34,26 @@ def _s(x) -> str:
 
 def distance_to_limit(summ: pd.DataFrame, runs: pd.DataFrame, layouts: dict,
                       ceilings: Ceilings) -> Outcome:
-    """Per configuration of `summ` (harness.analysis.metrics.summarize rows), its floor against
+    """Per configuration of `summ` (harness.analysis.configurations.summarize rows), its floor against
     its median steady tok/s; tables `distance_to_limit` and `bound_errors`; a note per model on
     its best configuration and what stands in its way (its attribution); the verdict "holds"
     when no judged repeat beat its floor."""
     budget = ceilings.limits.get("ram_bytes")
     quota = ceilings.limits.get("cpu_quota")
     io_by_path = ceilings.io_by_path
-    per_byte = metrics.kernel_cpu_per_byte(runs)
-    rows, traces, errors, best_inputs = [], {}, [], {}
+    per_byte = floors.kernel_cpu_per_byte(runs)
+    rows, trace_of, errors, best_inputs = [], {}, [], {}
     for _, s in summ.iterrows():
         lay = layouts.get(s.model)
         mine = runs[(runs.run_id == s.run_id) & (runs.status == Status.OK.value)]
         if lay is None or mine.empty or not budget:
             continue
         key = (s.model, s.tokens)
-        if key not in traces:  # greedy decoding routes alike in every run of a model and length
-            traces[key] = metrics.configuration_trace(runs, s)
-        ex = traces[key]
+        if key not in trace_of:  # greedy decoding routes alike in every run of a model and length
+            trace_of[key] = traces.configuration_trace(runs, s)
+        ex = trace_of[key]
         slab = {int(k): v for k, v in lay["slab_bytes_per_layer"].items()}
-        path = metrics.read_path_of(s)
+        path = floors.read_path_of(s)
         cost = float(per_byte.get(path, float("nan")))
         io_bps = io_by_path.get(path, io_by_path["fault"])
         ceiling = ceilings.moe_ceiling.get(s.model)
@@ -69,9 +69,9 @@ def distance_to_limit(summ: pd.DataFrame, runs: pd.DataFrame, layouts: dict,
                             "steady_tok_per_s": r.steady_tok_per_s,
                             "window_read_bytes_per_token": r.get("window_read_bytes_per_token"),
                             "floor_bytes_per_token": fb,
-                            **metrics.floor_bound(fb, io_bps, compute_s, cost, cpus)})
+                            **floors.floor_bound(fb, io_bps, compute_s, cost, cpus)})
         pr = pd.DataFrame(per_run)
-        pr["bound_error"] = metrics.bound_errors(pr)
+        pr["bound_error"] = floors.bound_errors(pr)
         errors.append(pr[pr.bound_error])
         steady = mine.steady_tok_per_s.median()  # the findings' figure: the first token out
         row = {"run_id": s.run_id, "steady_tok_per_s_median": steady, "read_path": path,
@@ -109,7 +109,7 @@ def distance_to_limit(summ: pd.DataFrame, runs: pd.DataFrame, layouts: dict,
 def _window_floor(trace: pd.DataFrame | None, slab: dict, cache_bytes: float, run) -> float:
     """The bytes per window token any run must read over this run's measured window (its
     tokens after warmup_tokens, by position in the routing trace): Belady from the best start
-    (harness.analysis.metrics.window_floor_bytes). nan without a trace or a window."""
+    (harness.analysis.floors.window_floor_bytes). nan without a trace or a window."""
     warmup = int(run.get("warmup_tokens", 1) or 1)
     done = int(run.get("tokens_completed") or 0)
     n_prompt = run.get("prompt_tokens")
@@ -117,7 +117,7 @@ def _window_floor(trace: pd.DataFrame | None, slab: dict, cache_bytes: float, ru
         return float("nan")
     first = int(n_prompt) + warmup
     positions = range(first, int(n_prompt) + done)
-    return metrics.window_floor_bytes(trace, slab, cache_bytes, positions) / len(positions)
+    return floors.window_floor_bytes(trace, slab, cache_bytes, positions) / len(positions)
 
 
 def _best_note(model: str, best, mine: pd.DataFrame) -> str:
@@ -126,7 +126,7 @@ def _best_note(model: str, best, mine: pd.DataFrame) -> str:
             f"{_s(best.steady_tok_per_s_median)} steady tok/s, {_s(best.x_from_floor)}x from "
             f"its floor of {_s(best.floor_perfect_overlap_tok_per_s)} tok/s (floor time per "
             f"token: I/O {_s(best.floor_io_s)} s, CPU {_s(best.floor_cpu_s)} s). ")
-    way = metrics.in_the_way(mine)
+    way = floors.in_the_way(mine)
     if not way:
         return head + "Its runs carry no attribution, so what stands in its way is not measured."
     shares = ", ".join(f"{label} {way[k + '_share']:.0%}" for k, label in (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import metrics
+from harness.analysis import configurations, floors, run_table
 from harness.contract import Status
 
 # the MoE compute ceiling's measurement, as compute_ceiling names its rows
@@ -48,7 +48,7 @@ def _ceiling_row(measurement: str, model: str, rec: dict | None, quota) -> dict:
 def ceilings(io_csv: str, compute_json: str, read_bps) -> CeilingTables:
     io = pd.read_csv(io_csv)
     compute = json.loads(Path(compute_json).read_text())
-    sequential, random = metrics.io_patterns(io)
+    sequential, random = floors.io_patterns(io)
     seq = sequential[[c for c in ("sample", "offset_bytes", "bytes", "mb_per_s", "cpu_ms_per_mb",
                                   "read_bps_limit") if c in sequential]]
     rnd = (random[["sample", "access", "queue_depth", "block_bytes", "bytes", "mb_per_s",
@@ -71,7 +71,7 @@ def ceilings(io_csv: str, compute_json: str, read_bps) -> CeilingTables:
     return CeilingTables(
         io_sequential=seq, io_random=rnd,
         io_mb_s_median=float(pd.to_numeric(seq.mb_per_s, errors="coerce").median()),
-        io_by_path=metrics.read_path_io_ceilings(io, read_bps), compute=comp,
+        io_by_path=floors.read_path_io_ceilings(io, read_bps), compute=comp,
         moe_ceiling={str(k): float(v) for k, v in moe.items() if v == v},
         dense_warm_tok_s=float(dense.iloc[0]) if len(dense) and dense.iloc[0] is not None
         else float("nan"))
@@ -104,12 +104,12 @@ SUMMARY_MEDIANS = ("majflt_per_token", "read_amplification", "residency_decode_s
 
 
 def configuration_summary(all_runs: pd.DataFrame) -> pd.DataFrame:
-    """Every configuration: the median of repeats with min-max (metrics.summarize), the median
+    """Every configuration: the median of repeats with min-max (configurations.summarize), the median
     of each column of SUMMARY_MEDIANS, whether its limits were enforced, and the hook's time
     as a share of its median token."""
-    summ = metrics.summarize(all_runs)
+    summ = configurations.summarize(all_runs)
     for col in SUMMARY_MEDIANS:
-        summ = summ.merge(metrics.summarize(all_runs, col)[["run_id", "median"]].rename(
+        summ = summ.merge(configurations.summarize(all_runs, col)[["run_id", "median"]].rename(
             columns={"median": col}), on="run_id", how="left")
     summ["synthetic"] = summ["synthetic"].astype(bool)
     enforced = (all_runs.groupby("run_id").limits_enforced.all() if "limits_enforced" in all_runs
@@ -138,7 +138,7 @@ def first_token(summ: pd.DataFrame) -> pd.DataFrame:
 
 def disturbed_repeats(all_runs: pd.DataFrame) -> pd.DataFrame:
     dist = all_runs[all_runs.disturbed.astype(bool)]
-    return dist.assign(flag_reason=metrics.flag_reason(dist))[
+    return dist.assign(flag_reason=run_table.flag_reason(dist))[
         ["run_id", "repeat", "rerun", "start_utc", "flag_reason", "foreign_read_bytes",
          "tok_per_s"]]
 

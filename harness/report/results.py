@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness import parameters
-from harness.analysis import breakdown, findings, latency, limit, metrics, stats, tables
+from harness.analysis import breakdown, configurations, findings, latency, limit, run_table, stats, tables
 from harness.analysis.findings import Figure, Outcome
 from harness.record import read_run
 from harness.util import sig
@@ -232,7 +232,7 @@ class Loaded:
 def _load(inputs: ReportInputs, config: dict) -> Loaded:
     all_runs = pd.read_csv(inputs.runs)
     # Speed findings compare each configuration at its regime's common length
-    # (metrics.at_study_length); a longer run beside it (the routing trace) feeds the routing
+    # (configurations.at_study_length); a longer run beside it (the routing trace) feeds the routing
     # findings and the table of every configuration, not the comparisons.
     layouts = {Path(p).name.removesuffix(".layout.json"): json.loads(Path(p).read_text())
                for p in inputs.layouts}
@@ -240,12 +240,12 @@ def _load(inputs: ReportInputs, config: dict) -> Loaded:
     records = [read_run(p) for p in inputs.records]
     q4, q2 = _pair_models(config)
     if "disturbed" not in all_runs:  # runs.csv has carried it since format 2 of the run record
-        all_runs["disturbed"] = metrics.disturbed(all_runs)
+        all_runs["disturbed"] = run_table.disturbed(all_runs)
     for name in parameters.RENAMED_VALUES:  # a runs.csv written before a value was renamed
         if name in all_runs:
             all_runs[name] = all_runs[name].map(lambda v: parameters.current_value(name, v))
     # the findings judge only repeats nothing else disturbed (RESULTS.md lists the others)
-    judged = all_runs[metrics.at_study_length(all_runs) & ~all_runs.disturbed]
+    judged = all_runs[configurations.at_study_length(all_runs) & ~all_runs.disturbed]
     return Loaded(config=config, all_runs=all_runs, runs=judged,
                   layouts=layouts, infos=infos, records=records,
                   limits=records[0].limits_in_force if records else {},
@@ -345,7 +345,7 @@ def _configurations(w: Writer, d: Loaded, inputs: RegimeInputs) -> pd.DataFrame:
            "tok/s): what the instrumentation costs the figure. `mechanism_s_per_token`: wall "
            "time in the mechanism's own calls per window token (its per-layer work and, for "
            "lookahead, its prediction), apart from the hook's.\n")
-    merged = metrics.merged_configurations(d.all_runs)
+    merged = configurations.merged_configurations(d.all_runs)
     if len(merged):
         w.text("Run ids whose resolved spec is the same (after `auto` and the defaults) are one "
                "configuration wherever the findings compare them, named by the first of the "
@@ -355,10 +355,10 @@ def _configurations(w: Writer, d: Loaded, inputs: RegimeInputs) -> pd.DataFrame:
     w.text(f"### Repeats left out of the verdicts: {len(dist)}\n")
     w.text("A repeat the machine disturbed, by its recorded counters, is left out of the verdicts "
            "(it stays in the table above and in runs.csv, `disturbed`): the rest of the machine "
-           f"read more than {metrics.DISTURBED_READ_BYTES / 1e6:.0f} MB (and over 1% of the "
+           f"read more than {run_table.DISTURBED_READ_BYTES / 1e6:.0f} MB (and over 1% of the "
            "run's own reads) from the models' disk, the host stole more than "
-           f"{metrics.STEAL_BOUND:.0%} of its CPU time, or its mean and median steady token "
-           f"differ by more than {metrics.MEAN_MEDIAN_GAP:.0%}. Unless the config sets "
+           f"{run_table.STEAL_BOUND:.0%} of its CPU time, or its mean and median steady token "
+           f"differ by more than {run_table.MEAN_MEDIAN_GAP:.0%}. Unless the config sets "
            "`rerun_disturbed: false`, it is measured once more at the end of the study "
            "(runs.csv `rerun`): the re-run replaces it in the verdicts unless it is disturbed "
            "too, and then neither counts.\n")

@@ -4,7 +4,7 @@ log_to(snakemake.log[0])
 
 import logging
 
-from harness.analysis.metrics import disturbed_repeats
+from harness.analysis.run_table import disturbed_repeats
 from harness.util import atomic_write_json
 
 flagged = disturbed_repeats(snakemake.input.records)

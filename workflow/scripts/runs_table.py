@@ -4,7 +4,7 @@ log_to(snakemake.log[0])
 
 import sys
 
-from harness.analysis.metrics import runs_table
+from harness.analysis.run_table import runs_table
 from harness.util import atomic_path
 
 table = runs_table(snakemake.input.records)
