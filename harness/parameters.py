@@ -278,6 +278,3 @@ def schema() -> dict:
                        "properties": {**{p.name: _entry(p) for p in PARAMETERS},
                                       PROFILES_KEY: PROFILES_ENTRY}}}}
 
-
-if __name__ == "__main__":
-    print(markdown_table(), end="")

@@ -372,7 +372,7 @@ TOKEN_COLUMNS = (
 TOKEN_FIELDS = [c.name for c in TOKEN_COLUMNS]
 
 
-def measured_window(gen, warmup: int = 1):
+def measured_window(gen, warmup: int):
     """The generated-token rows (tokens.csv, phase `gen`) of a run's measured window: those after
     its `warmup` first ones (the run's warmup_tokens); a run that ended before its window keeps
     its last token. Every steady figure (tok/s, attribution, latency) is over these rows."""
@@ -557,13 +557,10 @@ def reference_page() -> str:
     out += [f"| `{c.name}` | {c.unit} | {c.doc} |" for c in TOKEN_COLUMNS]
     out += ["", "## runs.csv", "", "One row per run record (`results/final/runs.csv`, written by "
             "`harness.analysis.run_table.runs_table`). *Per token* columns average the generated "
-            "tokens (the first included); *share* columns are of the mean steady token (the "
-            "first generated token left out). Empty cells: not recorded by that run (an older "
+            "tokens (the first included); *share* columns are of the mean token of the measured "
+            "window (after the run's `warmup_tokens`). Empty cells: not recorded by that run (an older "
             "format, a mechanism that does not do it, or a counter the machine lacks).", "",
             "| column | unit | what | from |", "|---|---|---|---|"]
     out += [f"| `{c.name}` | {c.unit} | {c.doc} | {c.source} |" for c in RUN_COLUMNS]
     return "\n".join(out) + "\n"
 
-
-if __name__ == "__main__":
-    print(reference_page(), end="")

@@ -163,7 +163,7 @@ def test_a_run_is_flagged_for_steal_or_a_stall_and_says_why():
 
 def test_mean_median_gap_of_the_steady_tokens():
     gen = pd.DataFrame({"wall_s": [9.0, 1.0, 1.0, 1.0, 1.6]})  # the first token is left out
-    assert run_table.mean_median_gap(gen) == pytest.approx(0.15)
+    assert run_table.mean_median_gap(gen, 1) == pytest.approx(0.15)
 
 
 def test_every_table_naming_a_run_measured_without_limits_marks_it(tmp_path):

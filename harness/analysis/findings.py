@@ -123,7 +123,7 @@ class Study:
 
     @property
     def value(self) -> str:
-        """The run's figure: steady tok/s (first token out) where recorded, else tok/s."""
+        """The run's figure: steady tok/s (its measured window) where recorded, else tok/s."""
         r = self.runs
         return ("steady_tok_per_s" if "steady_tok_per_s" in r and r.steady_tok_per_s.notna().any()
                 else "tok_per_s")

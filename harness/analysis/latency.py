@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness import parameters
 from harness.record import measured_window
 
 PERCENTILES = (50, 90, 99)
@@ -33,10 +34,12 @@ def latency_table(runs: pd.DataFrame, root: Path) -> pd.DataFrame:
     rows = []
     for run_id, g in runs[runs.status == "ok"].groupby("run_id", sort=False):
         lat, firsts, pp = [], [], []
-        warmup = g.warmup_tokens if "warmup_tokens" in g else [1] * len(g)
+        # a runs table older than the parameter: its runs took the declared default
+        default = parameters.BY_NAME["warmup_tokens"].default
+        warmup = g.warmup_tokens.fillna(default) if "warmup_tokens" in g else [default] * len(g)
         for rec, w in zip(g.record, warmup, strict=True):
             prompt, gen = generated(root / rec)
-            lat += list(measured_window(gen, int(w) if w == w else 1).wall_s)
+            lat += list(measured_window(gen, int(w)).wall_s)
             if (t := ttft(prompt, gen)) is not None:
                 firsts.append(t)
             if len(prompt) and prompt.wall_s.sum() > 0:

@@ -73,7 +73,7 @@ def distance_to_limit(summ: pd.DataFrame, runs: pd.DataFrame, layouts: dict,
         pr = pd.DataFrame(per_run)
         pr["bound_error"] = floors.bound_errors(pr)
         errors.append(pr[pr.bound_error])
-        steady = mine.steady_tok_per_s.median()  # the findings' figure: the first token out
+        steady = mine.steady_tok_per_s.median()  # the findings' figure: the measured window's
         row = {"run_id": s.run_id, "steady_tok_per_s_median": steady, "read_path": path,
                "io_mb_per_s": io_bps / 1e6,
                "window_read_bytes_per_token": pr.window_read_bytes_per_token.median(),

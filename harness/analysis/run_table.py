@@ -75,13 +75,13 @@ def run_row(record_path: Path) -> dict:
     return {k: row[k] for k in declared}
 
 
-def window_mean(gen: pd.DataFrame, col: str, warmup: int = 1) -> float:
+def window_mean(gen: pd.DataFrame, col: str, warmup: int) -> float:
     """A tokens.csv column's mean over the measured window (nan where it is not recorded)."""
     w = measured_window(gen, warmup)
     return float(w[col].mean()) if col in w and len(w) else float("nan")
 
 
-def steady_rate(gen: pd.DataFrame, warmup: int = 1) -> float:
+def steady_rate(gen: pd.DataFrame, warmup: int) -> float:
     """Generated tokens per second over the measured window: without the warm-up tokens, the
     first of which carries start-up work whose size depends on the mechanism (1.35x the steady
     mean in the second reference run), and during which caches fill (docs/benchmarks.md)."""
@@ -90,7 +90,7 @@ def steady_rate(gen: pd.DataFrame, warmup: int = 1) -> float:
     return len(steady) / total if len(steady) and total > 0 else float("nan")
 
 
-def window_read(gen: pd.DataFrame, warmup: int = 1) -> float:
+def window_read(gen: pd.DataFrame, warmup: int) -> float:
     """The run cgroup's disk reads per token of the measured window (nan where not counted)."""
     w = gen.iloc[warmup:]
     if "cgroup_read_bytes" not in w or w.empty or (w.cgroup_read_bytes < 0).any():
@@ -98,7 +98,7 @@ def window_read(gen: pd.DataFrame, warmup: int = 1) -> float:
     return float(w.cgroup_read_bytes.sum()) / len(w)
 
 
-def window_columns(gen: pd.DataFrame, warmup: int = 1) -> dict:
+def window_columns(gen: pd.DataFrame, warmup: int) -> dict:
     """The warm-up's rate (the generated tokens before the window, the first left out) and the
     window's drift (harness.analysis.steady.drift): whether the run's figure was steady."""
     from harness.analysis import steady
@@ -112,7 +112,7 @@ def window_columns(gen: pd.DataFrame, warmup: int = 1) -> dict:
             "window_steady": d.steady}
 
 
-def mean_median_gap(gen: pd.DataFrame, warmup: int = 1) -> float:
+def mean_median_gap(gen: pd.DataFrame, warmup: int) -> float:
     """|mean / median - 1| of the window's tokens' times: large when a few tokens stalled."""
     steady = gen.wall_s.iloc[warmup:]
     med = float(steady.median()) if len(steady) else float("nan")

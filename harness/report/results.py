@@ -312,7 +312,7 @@ def _ceilings(w: Writer, d: Loaded, inputs: RegimeInputs) -> tables.CeilingTable
     w.text("Compute: llama-bench `-p 0 -n N -r R`, under the CPU quota in force; the MoE ceiling "
            "of each quant the runs use, under each OpenMP wait policy its runs use "
            "(`omp_wait_policy`). `warmup`: llama-bench decoded one token before the measured ones "
-           "(the MoE ceilings: the runs' steady rate leaves their first token out too); without "
+           "(the MoE ceilings: the runs' steady rate leaves their warm-up out too); without "
            "it (`--no-warmup`, the dense model, as the study measured it) the first token's "
            "start-up work is in the figure. `tok_per_s`: the mean of the `repetitions`; the "
            "floor's compute term is each quant's fastest repetition under any of its policies "
@@ -366,8 +366,8 @@ def _configurations(w: Writer, d: Loaded, inputs: RegimeInputs) -> pd.DataFrame:
         w.table("disturbed_repeats", dist, "runs_table, findings")
     w.text("### Latency: time to first token, prompt processing, per-token percentiles\n")
     w.text("Time to first token is the prompt's decode and the first generated token's; the "
-           "percentiles are over every steady token of every ok repeat (the first generated token "
-           "left out). `results/final/llama-bench.jsonl` has each repeat as llama-bench's JSON "
+           "percentiles are over the measured window's tokens of every ok repeat (after each run's "
+           "`warmup_tokens`). `results/final/llama-bench.jsonl` has each repeat as llama-bench's JSON "
            "record.\n")
     w.table("latency", latency.latency_table(d.all_runs, Path(".")), "runs_table, final")
     w.text("### What the first token sees\n")

@@ -1,4 +1,4 @@
-# Stage 5: one table of every run, the analyses of the seven findings, plots and RESULTS.md.
+# Stage 5: one table of every run, the analyses of the findings, plots and RESULTS.md.
 
 
 rule runs_table:
