@@ -40,6 +40,10 @@ class Parameter:
     exclusive_minimum: bool = False  # the value must be above `minimum`, not equal to it
     max_length: int | None = None  # strings: at most this many characters
     required: bool = False  # every experiment must set it (no default, and none from the profile)
+    # False: it does not change what a run measures (how often, how long it may take): a run's
+    # Snakemake params and its configuration's identity leave it out, so raising it re-measures
+    # nothing already measured
+    measured: bool = True
 
     @property
     def flag(self) -> str:
@@ -79,10 +83,10 @@ PARAMETERS: tuple[Parameter, ...] = (
               "is the rest of `tokens` (docs/benchmarks.md, Settling)", unit="tokens", minimum=1,
               maximum=1024, worker=True, cli=("--warmup-tokens",)),
     Parameter("repeats", int, 3, "fresh-process repeats after a cold start, interleaved across "
-              "entries", minimum=1, maximum=20, sweepable=False),
+              "entries", minimum=1, maximum=20, sweepable=False, measured=False),
     Parameter("time_limit_s", float, 1800, "per-run wall limit; a run past it is recorded as "
               "`killed: time`", unit="s", minimum=0, exclusive_minimum=True, maximum=6 * 3600,
-              sweepable=False, cli=("--time-limit",)),
+              sweepable=False, cli=("--time-limit",), measured=False),
     Parameter("omp_wait_policy", str, "auto",
               "how llama.cpp's idle OpenMP threads wait at a barrier: `passive` (sleep at once), "
               "`libgomp` (libgomp's own default: spin a while, then sleep), `active` (spin), or "
@@ -144,6 +148,7 @@ SWEEPABLE = tuple(p.name for p in PARAMETERS if p.sweepable)
 # the values of keys only some mechanisms read, when an experiment leaves them out
 MECHANISM_DEFAULTS = {p.name: p.default for p in PARAMETERS if p.mechanisms}
 WORKER_KEYS = tuple(p.name for p in PARAMETERS if p.worker)
+NOT_MEASURED = tuple(p.name for p in PARAMETERS if not p.measured)
 
 
 def options_of(mechanism: str) -> tuple[str, ...]:

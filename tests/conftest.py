@@ -20,6 +20,21 @@ from harness.models.synthetic import SHAPES, quantize, write_f16
 from harness.util import atomic_write_json, sha256_file
 
 
+# The quick suite (`pytest -m quick`, README): config, records, the analysis on committed
+# references, the layering. None of it builds llama.cpp or measures anything.
+QUICK_MODULES = {"test_config", "test_parameters", "test_record", "test_analysis",
+                 "test_findings", "test_steady", "test_stats", "test_design", "test_cost",
+                 "test_export", "test_compare", "test_citations", "test_reference",
+                 "test_layering", "test_attribution", "test_machines"}
+BUILT = {"manifest", "tiny_models"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in QUICK_MODULES and not BUILT & set(item.fixturenames):
+            item.add_marker(pytest.mark.quick)
+
+
 @pytest.fixture(scope="session")
 def test_config() -> dict:
     return yaml.safe_load((ROOT / ".test/config/experiments.yaml").read_text())

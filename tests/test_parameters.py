@@ -2,7 +2,6 @@
 declaration (harness.parameters, harness.record.RUN_COLUMNS), and the generated files are current."""
 
 import argparse
-import dataclasses
 import inspect
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import yaml
 from harness import docs, parameters, record
 from harness.__main__ import add_run_parameters
 from harness.analysis import floors, run_table
-from harness.config import ConfigError, RunSpec, adhoc_spec, validate_config
+from harness.config import ConfigError, adhoc_spec, validate_config
 from harness.contract import WorkerParams
 from harness.run import supervise
 from harness import catalog
@@ -44,19 +43,28 @@ def test_the_schema_fills_every_declared_default_and_refuses_each_bound():
             validate_config(bad)
 
 
-def test_runspec_and_the_record_spec_are_the_registry():
-    spec_fields = [f.name for f in dataclasses.fields(RunSpec)]
-    assert spec_fields == ["run_id", "entry", *parameters.RUN_KEYS, "profile"]
-    rec_fields = [f.name for f in dataclasses.fields(record.Spec)]
-    assert rec_fields[:2 + len(parameters.RUN_KEYS)] == ["run_id", "entry", *parameters.RUN_KEYS]
-    for f in dataclasses.fields(record.Spec):
-        if f.name in P:
-            assert (f.default, f.metadata["unit"], f.metadata["doc"]) == \
-                (P[f.name].default, P[f.name].unit, P[f.name].doc), f.name
-    for f in dataclasses.fields(RunSpec):
-        if f.name in P and P[f.name].default is not None:
-            assert f.default == P[f.name].default, f.name
-    assert set(parameters.WORKER_KEYS) <= {f.name for f in dataclasses.fields(WorkerParams)}
+def test_one_spec_from_the_config_to_the_record_and_the_worker():
+    """Each shipped run's spec, as config.expand makes it, is what the record holds and what the
+    worker is given: nothing lost or renamed on the way."""
+    runs = validate_config(yaml.safe_load((ROOT / "config/experiments.yaml").read_text()))
+    for r in runs:
+        d = {**r.as_dict(), "repeat": 1}
+        record.check_spec(d, r.run_id)
+        spec = record.Spec(**d)
+        wp = WorkerParams(out_dir="o", layout="l", lib_dir=None, model_path="m",
+                          mechanism_options=spec.mechanism_options,
+                          **{k: getattr(spec, k) for k in parameters.WORKER_KEYS})
+        assert (wp.mechanism, wp.tokens, wp.warmup_tokens, wp.threads, wp.mlock_non_expert) == \
+            (r.mechanism, r.tokens, r.warmup_tokens, r.threads, r.mlock_non_expert), r.run_id
+        assert spec.mechanism_options == {k: getattr(r, k) for k in parameters.options_of(r.mechanism)}
+    # a worker parameter declared without a default (the profile gives threads) must be passed
+    with pytest.raises(TypeError, match="threads"):
+        WorkerParams(out_dir="o", layout="l", lib_dir=None, model_path="m", mechanism="none")
+    # what the registry declares as not measured is what a run's identity leaves out
+    assert parameters.NOT_MEASURED == ("repeats", "time_limit_s")
+
+
+def test_an_adhoc_spec_is_one_the_record_holds():
     spec = adhoc_spec("x", "m", "lookahead")
     record.check_spec(spec)  # the record holds every spec the supervisor is given
     assert set(spec["mechanism_options"]) == set(parameters.options_of("lookahead"))

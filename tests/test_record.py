@@ -94,12 +94,13 @@ def test_a_newer_format_or_an_unknown_field_is_refused_naming_it(tmp_path):
 
 def test_the_reference_page_documents_every_field_with_its_unit():
     page = (ROOT / "docs/run-record.md").read_text()
-    assert page == record.reference_page(), "docs/run-record.md is stale: python -m harness.record"
+    assert page == record.reference_page(), "docs/run-record.md is stale: python -m harness.docs"
+    # the page is made from the declarations: what can go wrong is a field declared without its
+    # sentence
     for cls in (RunRecord, Spec, WorkerSummary, Moment, ModelRef):
         for fld in dataclasses.fields(cls):
-            assert f"| `{fld.name}` |" in page and fld.metadata.get("doc"), (cls.__name__, fld.name)
-    for col in record.TOKEN_COLUMNS:
-        assert f"| `{col.name}` | {col.unit} |" in page
+            assert fld.metadata.get("doc"), (cls.__name__, fld.name)
+    assert all(c.doc for c in record.TOKEN_COLUMNS) and all(c.doc for c in record.RUN_COLUMNS)
 
 
 def test_the_worker_writes_the_declared_token_columns():
@@ -108,7 +109,12 @@ def test_the_worker_writes_the_declared_token_columns():
     from harness.box import counters
     from harness.run import worker
 
-    assert worker.TOKEN_FIELDS == record.TOKEN_FIELDS
+    row = {f: 0 for f in record.TOKEN_FIELDS}
+    assert worker.token_line(row).count(",") == len(record.TOKEN_FIELDS) - 1
+    with pytest.raises(worker.WorkerError, match=r"undeclared \['gpu_s'\]"):
+        worker.token_line({**row, "gpu_s": 1.0})  # an undeclared column is not lost silently
+    with pytest.raises(worker.WorkerError, match=r"missing \['wall_s'\]"):
+        worker.token_line({k: v for k, v in row.items() if k != "wall_s"})
     # every part the counters give a token is a declared column (a new part must be declared)
     snap = counters.Snapshot(**{f.name: 1 for f in dataclasses.fields(counters.Snapshot)})
     part_keys = set(counters.parts(snap, snap, 1.0))

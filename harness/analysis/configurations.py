@@ -14,17 +14,14 @@ from harness import parameters
 WIDE_SPREAD = 0.25  # (max-min)/median above this: flagged `wide_spread` in the summary table
 
 
-# what does not change what a run measures: how often, and how long it may take
-NOT_MEASURED = ("repeats", "time_limit_s")
-
-
 def _spec_key(runs: pd.DataFrame, leave_out: tuple = ()) -> pd.Series:
     """Per run, its resolved spec as one string (profile, model and every run parameter the table
-    carries, `auto` resolved as the record holds it), less NOT_MEASURED and `leave_out`. A table
+    carries, `auto` resolved as the record holds it), less the parameters that are not measured
+    (parameters.NOT_MEASURED) and `leave_out`. A table
     without every parameter (an older runs.csv, a hand-made one) cannot say which run ids share a
     spec: each run id is its own."""
     keys = [c for c in ("profile", "model", *parameters.RUN_KEYS)
-            if c not in (*NOT_MEASURED, *leave_out)]
+            if c not in (*parameters.NOT_MEASURED, *leave_out)]
     if not set(keys) <= set(runs):
         return runs.run_id
     return runs[keys].astype(str).agg("\x1f".join, axis=1)

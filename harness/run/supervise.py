@@ -10,6 +10,7 @@ Outputs (all written atomically, so an interrupted run never leaves a finished-l
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -111,17 +112,19 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
     watch_pid: a process whose death stops the run, in whatever phase (default: the Snakemake
     that started it, measurelock.pipeline_pid; None: nothing). Returns the
     record written to run.json."""
-    # a spec the record could not hold fails now, not after the measurement
+    # a spec the record could not hold fails now, not after the measurement; from here on it is
+    # the record's typed Spec, whose declarations give what the dict leaves out
     run_record.check_spec(spec, f"run {spec.get('run_id')}")
+    spec = run_record.Spec(**spec)
     out = Path(out_dir)
     # the record holds the wait policy in force, not `auto`
-    spec = {**spec, "omp_wait_policy": resolve_wait_policy(spec["omp_wait_policy"],
-                                                           limits.cpu_quota)}
+    spec = dataclasses.replace(spec, omp_wait_policy=resolve_wait_policy(spec.omp_wait_policy,
+                                                                         limits.cpu_quota))
     model_path = model_info["path"]
-    _check_inputs(model_path, json.loads(Path(layout_path).read_text()), limits, spec["mechanism"])
+    _check_inputs(model_path, json.loads(Path(layout_path).read_text()), limits, spec.mechanism)
     out.mkdir(parents=True, exist_ok=True)
     with measurelock.interruptible(watch_pid), \
-            measurelock.exclusive(f"run {spec['run_id']} rep {spec.get('repeat')}"):
+            measurelock.exclusive(f"run {spec.run_id} rep {spec.repeat}"):
         # the identity record beside the layout (results/models), never in a user's own
         # directory, where a `source: path` model lives
         record_check = _check_model_unchanged(model_info, Path(layout_path).parent)
@@ -134,11 +137,11 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
         # the model loads unthrottled (the RAM budget in force); the disk throttle applies from
         # the first decode: the load through a 150 MB/s throttle was a quarter of a study's time
         cg = run_cgroup(limits, defer_to_decode=True)
-        record = {"run_id": spec["run_id"], "spec": spec, "status": None,
+        record = {"run_id": spec.run_id, "spec": dataclasses.asdict(spec), "status": None,
                   "model_check": record_check}
         try:
             run_model, scratch = _model_to_run(spec, model_path, out)
-            cached = (pagecache.residency(run_model) if spec.get("warm") and spec.get("keep_cache")
+            cached = (pagecache.residency(run_model) if spec.warm and spec.keep_cache
                       else 0.0)
             if cached > 0.999:
                 # a benchmark of cached decoding: evicting and re-reading the whole file would
@@ -146,27 +149,27 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
                 res_before = res_after_evict = cached
             else:
                 res_before, res_after_evict = pagecache.cold_start(run_model)
-                if spec.get("warm"):
+                if spec.warm:
                     res_after_evict = pagecache.warm(run_model)
             cg.open()
             WorkerParams(
                 out_dir=str(work), layout=layout_path, lib_dir=lib_dir, model_path=run_model,
-                **{k: spec[k] for k in parameters.WORKER_KEYS},
-                mechanism_options=spec.get("mechanism_options", {}),
+                **{k: getattr(spec, k) for k in parameters.WORKER_KEYS},
+                mechanism_options=spec.mechanism_options,
                 cgroup_io_stat=cg.io_stat_file,
-                hook=spec.get("hook", "native"), hook_lib=build.get("hook_lib"),
-                hook_ab=spec.get("hook_ab", False), counters=cg.counter_files().as_dict(),
+                hook=spec.hook, hook_lib=build.get("hook_lib"),
+                hook_ab=spec.hook_ab, counters=cg.counter_files().as_dict(),
                 throttle_gate=True,
             ).write(work / "params.json")
             record.update(start_utc=utcnow(), residency_before=res_before,
                           residency_at_start=res_after_evict, scratch_copy=scratch is not None)
             record.update(_measure(work, cg, lib_dir, time_limit_s,
-                                   wait_policy=spec["omp_wait_policy"]))
+                                   wait_policy=spec.omp_wait_policy))
             record["residency_after"] = pagecache.residency(run_model)
             record.update(_collect(work, out, spec))
             record.update(_provenance(limits, time_limit_s, cg, model_info, build, model_stat))
             record["attribution_sources"] = counters.sources(
-                cg.counter_files(), with_wait_policy(os.environ, spec["omp_wait_policy"]))
+                cg.counter_files(), with_wait_policy(os.environ, spec.omp_wait_policy))
             return _finish(record, out, work, model_path)
         except BaseException as exc:
             if not isinstance(exc, RunFailed):
@@ -239,11 +242,11 @@ def _check_inputs(model_path: str, layout: dict, limits: Limits, mechanism: str 
                         f"{model_path}'s non-expert tensors ({layout['non_expert_bytes']} bytes)")
 
 
-def _model_to_run(spec: dict, model_path: str, out: Path) -> tuple[str, Path | None]:
+def _model_to_run(spec: run_record.Spec, model_path: str, out: Path) -> tuple[str, Path | None]:
     """The model file itself, or for a mechanism that writes into the mapping a copy in the run's
     own directory under results/ (deleted by the caller): the model file, and the directory of a
     user's own model, are never written."""
-    if not writes_model(spec["mechanism"], spec.get("mechanism_options", {})):
+    if not writes_model(spec.mechanism, spec.mechanism_options):
         return model_path, None
     scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{owner_tag()}-", dir=out))
     run_model = str(scratch / Path(model_path).name)
@@ -288,7 +291,7 @@ def _measure(work: Path, cg: RunCgroup, lib_dir: str, time_limit_s, *,
             "box": box.finish(), "cgroup_io_bytes": cg.io_bytes(), "cgroup_cpu_stat": cg.cpu_stat()}
 
 
-def _collect(work: Path, out: Path, spec: dict) -> dict:
+def _collect(work: Path, out: Path, spec: run_record.Spec) -> dict:
     """The worker's streamed rows as final CSVs (also when it was killed) and its summary."""
     from harness.run.worker import EXPERT_FIELDS, TOKEN_FIELDS
 
@@ -298,7 +301,7 @@ def _collect(work: Path, out: Path, spec: dict) -> dict:
         shutil.copyfile(work / "worker.log", tmp)
     n_tok_rows = _finalize_csv(work / "tokens.csv.part", out / "tokens.csv", ",".join(TOKEN_FIELDS))
     _finalize_csv(work / "experts.csv.part", out / "experts.csv", ",".join(EXPERT_FIELDS))
-    fields = REGISTRY[spec["mechanism"]].row_fields
+    fields = REGISTRY[spec.mechanism].row_fields
     if fields:  # the mechanism's own per-layer rows (lookahead's predictions)
         _finalize_csv(work / "mechanism.csv.part", out / "mechanism.csv", ",".join(fields))
     summary = {}

@@ -104,6 +104,18 @@ class ProcessCounters:
         return rss_bytes(self.statm)
 
 
+_TOKEN_KEYS = frozenset(TOKEN_FIELDS)
+
+
+def token_line(row: dict) -> str:
+    """A token's row as tokens.csv's line: exactly the declared columns (harness.record), a key
+    missing or undeclared is an error, not a column silently lost."""
+    if row.keys() != _TOKEN_KEYS:
+        raise WorkerError(f"token row: undeclared {sorted(row.keys() - _TOKEN_KEYS)}, missing "
+                          f"{sorted(_TOKEN_KEYS - row.keys())} (declare columns in harness.record)")
+    return ",".join(str(row[f]) for f in TOKEN_FIELDS) + "\n"
+
+
 def evict_experts(mapped: mech.MappedModel, fd: int) -> None:
     """Page every expert tensor out of memory: reclaim this mapping's pages (MADV_PAGEOUT), then
     drop the now unmapped page cache (FADV_DONTNEED)."""
@@ -334,7 +346,7 @@ class Worker:
         # result, and keeps every expert row of every token it recorded (one write a token; the
         # rows are buffered within the token)
         self.experts_part.flush()
-        self.tokens_part.write(",".join(str(row[f]) for f in TOKEN_FIELDS) + "\n")
+        self.tokens_part.write(token_line(row))
         if self.mech_part is not None:
             for r in self.mechanism.take_rows():
                 self.mech_part.write(",".join(map(str, r)) + "\n")

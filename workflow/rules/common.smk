@@ -18,7 +18,7 @@ mark_pipeline()
 from harness.report import captions as plot_captions
 from harness.report.compare import TABLES as COMPARED_TABLES
 from harness.build.llama import build_identity
-from harness.analysis.configurations import NOT_MEASURED
+from harness.parameters import NOT_MEASURED
 from harness.config import (ConfigError, check, check_config_file, profile_config,
                             profile_run_defaults, study_profiles)
 from harness.util import canonical
