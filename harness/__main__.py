@@ -17,10 +17,10 @@ import json
 import sys
 from pathlib import Path
 
-from harness import parameters, record
+from harness import parameters, profile_keys, record
 from harness.contract import Status
 from harness.run import supervise
-from harness.config import adhoc_spec, parse_size
+from harness.config import adhoc_spec, limit_value
 from harness.models.layout import read_layout
 from harness.box.limits import Limits
 from harness.util import atomic_write_json, sha256_file
@@ -44,16 +44,21 @@ def add_run_parameters(ap: argparse.ArgumentParser) -> None:
                         help=helptext + (f" (default: {default})" if default is not None else ""))
 
 
+def add_limits(ap: argparse.ArgumentParser) -> None:
+    """One flag per profile limit that has one (harness.profile_keys): the limits a run by hand
+    is held to (none unless given; the device's read-ahead is left as it is)."""
+    for k in profile_keys.LIMITS:
+        if k.cli:
+            kind = {profile_keys.INTEGER: int, profile_keys.NUMBER: float}.get(k.kind, str)
+            ap.add_argument(k.flag, dest=k.name, type=kind,
+                            help=k.doc.replace("%", "%%") + (f" [{k.unit}]" if k.unit else ""))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness", description=__doc__.split("\n\n")[0])
     ap.add_argument("-m", "--model", required=True, help="GGUF file")
     add_run_parameters(ap)
-    ap.add_argument("--ram-budget", help="e.g. 1.7GiB (a cgroup memory limit)")
-    ap.add_argument("--read-bps", help="e.g. 150MB (a blkio/io read throttle)")
-    ap.add_argument("--write-bps", help="e.g. 150MB (a blkio/io write throttle)")
-    ap.add_argument("--read-ahead-kb", type=int, help="the device's read_ahead_kb during the run "
-                    "(restored afterwards; default: leave it)")
-    ap.add_argument("--cpu-quota", type=float, help="CPU time in CPUs (cgroup cfs quota), e.g. 0.2")
+    add_limits(ap)
     ap.add_argument("--manifest", default="results/build/llama.json")
     ap.add_argument("-o", "--out", required=True, help="output directory of the run's records")
     a = ap.parse_args(argv)
@@ -80,10 +85,8 @@ def main(argv=None) -> int:
              if p.cli and getattr(a, p.name) is not None}
     spec = adhoc_spec(f"{model.stem}-{a.mechanism}", model.stem, a.mechanism, entry="cli",
                       **{k: v for k, v in given.items() if k != "mechanism"})
-    limits = Limits(ram_bytes=parse_size(a.ram_budget, "--ram-budget") if a.ram_budget else None,
-                    read_bps=parse_size(a.read_bps, "--read-bps") if a.read_bps else None,
-                    write_bps=parse_size(a.write_bps, "--write-bps") if a.write_bps else None,
-                    read_ahead_kb=a.read_ahead_kb, cpu_quota=a.cpu_quota, device_path=str(model))
+    limits = Limits(**{k.limit: limit_value(k, getattr(a, k.name), k.flag)
+                       for k in profile_keys.LIMITS if k.cli}, device_path=str(model))
     try:
         rec = supervise.run(spec, a.out, lib_dir=manifest["lib_dir"], build=manifest, model_info=info,
                             layout_path=str(layout_path), limits=limits, time_limit_s=spec["time_limit_s"])

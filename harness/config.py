@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from harness import bounds, parameters
+from harness import bounds, parameters, profile_keys
 from harness.util import canonical
 from harness import catalog
 
@@ -312,7 +312,7 @@ def check(config: dict, workdir: Path | None = None) -> list[RunSpec]:
     if local is not None and (not str(local).startswith("/") or "\n" in str(local)):
         raise ConfigError(f"config: cluster.local_dir: {local!r} must be an absolute path")
     for name, prof in config["profiles"].items():
-        for k in ("ram_budget", "read_bps", "write_bps"):
+        for k in profile_keys.SIZES:
             if prof.get(k) is not None:
                 parse_size(prof[k], f"profiles.{name}.{k}")
     for name, m in config.get("models", {}).items():
@@ -374,27 +374,29 @@ def profile_limits(config: dict, device_path: str, *, ram: bool = True, cpu_quot
 
     name = profile or study_profiles(config)[0]
     prof = config["profiles"][name]
-    rb = prof.get("ram_budget")
-    bps, wbps = prof.get("read_bps"), prof.get("write_bps")
-    return Limits(ram_bytes=parse_size(rb, f"profiles.{name}.ram_budget") if (ram and rb is not None)
-                  else None,
-                  read_bps=parse_size(bps, f"profiles.{name}.read_bps") if bps is not None else None,
-                  write_bps=parse_size(wbps, f"profiles.{name}.write_bps") if wbps is not None else None,
-                  cpu_quota=cpu_quota, read_ahead_kb=prof.get("read_ahead_kb"),
-                  device_path=device_path, allow_unenforced=bool(prof.get("allow_unenforced", False)))
+    values = {k.limit: limit_value(k, prof.get(k.name), f"profiles.{name}.{k.name}")
+              for k in profile_keys.LIMITS}
+    # the quota is the calibrated one (or the profile's, as the caller read it)
+    values.update(cpu_quota=cpu_quota, **({} if ram else {"ram_bytes": None}))
+    return Limits(**values, device_path=device_path,
+                  allow_unenforced=bool(prof.get("allow_unenforced", False)))
 
 
-# a profile's keys that are not its limits: how its results are read, and the run parameters
-# its runs default to (which each run's own params carry, resolved): not in a measurement's
-# params, so that editing them re-measures nothing a run's own spec does not change
-PROFILE_READING_KEYS = ("description", "min_effect", "run_defaults")
+def limit_value(key: profile_keys.ProfileKey, value, where: str):
+    """A limit's value as Limits holds it: a size in bytes, a number as it is; None for none."""
+    if value is None:
+        return None
+    return parse_size(value, where) if key.kind == profile_keys.SIZE else value
 
 
 def profile_config(config: dict, name: str) -> dict:
     """Only that profile, as a measurement rule's params carry it: editing experiments, another
     profile or how this one is read must not re-trigger its ceilings or finished runs through
     Snakemake's params."""
-    prof = {k: v for k, v in config["profiles"][name].items() if k not in PROFILE_READING_KEYS}
+    # the keys that say how results are read (and the run parameters its runs default to, which
+    # each run's own params carry, resolved) are left out: editing them re-measures nothing
+    prof = {k: v for k, v in config["profiles"][name].items()
+            if k not in profile_keys.READING_KEYS}
     return canonical({"profile": name, "profiles": {name: prof}})
 
 

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import parameters
+from harness import parameters, profile_keys
 
 FORMAT_VERSION = 4
 
@@ -176,11 +176,13 @@ class RunRecord:
                   "the scheduler, DAMON, counter deltas (CPU time by kind, the disk's bytes)",
                   "", factory=dict)
     summary: WorkerSummary = f("the worker's own summary", "", factory=WorkerSummary)
-    limits_in_force: dict = f("the limits the kernel held the run to: `ram_bytes`, `read_bps`, "
-                              "`write_bps`, `cpu_quota` (CPUs), `read_ahead_kb`, `device`, "
-                              "`cgroup`, and `error` when they could not be applied", "",
-                              factory=dict)
-    limits_requested: dict = f("the limits the profile asked for", "", factory=dict)
+    limits_in_force: dict = f("the limits the kernel held the run to: "
+                              + ", ".join(f"`{k.limit}`" + (f" ({k.unit})" if k.unit else "")
+                                          for k in profile_keys.LIMITS)
+                              + ", `device`, `cgroup`, and `error` when they could not be applied",
+                              "", factory=dict)
+    limits_requested: dict = f("the limits the profile asked for (the same keys) and the "
+                               "time limit", "", factory=dict)
     model: ModelRef = f("the model file measured", "", factory=ModelRef)
     model_sha256_checked_before: str | None = f("the sha256 checked before the run")
     model_check: str | None = f("how the model's bytes were checked before the run: `sha256` "
@@ -453,13 +455,12 @@ RUN_COLUMNS: tuple[RunColumn, ...] = (
               "run.json machine"),
     RunColumn("limits_enforced", "", "false: the profile's limits could not be applied and the "
               "run went on without them (profile.allow_unenforced)", "run.json limits_in_force"),
-    RunColumn("read_ahead_kb", "KiB", "the device's read-ahead during the run",
-              "run.json limits_in_force"),
+    # each profile limit with a column (harness.profile_keys): the value in force, empty for none
+    *(RunColumn(k.column, k.unit, f"the profile's `{k.name}` as the kernel held the run to it "
+                "(empty: none)", "run.json limits_in_force")
+      for k in profile_keys.LIMITS if k.column),
     RunColumn("fadvise", "", "the posix_fadvise advice llama.cpp gives the model file",
               "run.json build"),
-    RunColumn("cpu_quota", "CPUs", "the run cgroup's CPU quota (empty: none)",
-              "run.json limits_in_force"),
-    RunColumn("write_bps_limit", "bytes/s", "the run's write throttle", "run.json limits_in_force"),
     RunColumn("bytes_warm_start", "bytes", "odirect-cache: slabs copied in from the page cache "
               "before the first token", "run.json summary"),
     RunColumn("residency_decode_start", "fraction", "share of the model file in the page cache "

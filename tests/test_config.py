@@ -409,3 +409,39 @@ def test_snakemake_dry_run_refuses_what_the_box_cannot_hold(mutate, needle, tmp_
     assert res.returncode != 0
     assert needle in res.stdout + res.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_every_profile_key_is_declared_once_and_reaches_the_limits():
+    import argparse
+    import dataclasses
+
+    from harness import profile_keys
+    from harness.__main__ import add_limits
+    from harness.box.limits import DISK_LIMITS, Limits
+    from harness.config import profile_limits
+
+    # the shipped profiles use only declared keys (the generated schema refuses others)
+    for prof in cfg()["profiles"].values():
+        assert set(prof) <= set(profile_keys.BY_NAME)
+    lim = profile_limits(cfg(), "/x", cpu_quota=0.1, profile="seed-box")
+    assert (lim.ram_bytes, lim.read_bps, lim.write_bps, lim.read_ahead_kb, lim.cpu_quota) == \
+        (parse_size("1.7GiB", "x"), 150_000_000, 150_000_000, 128, 0.1)
+    assert profile_limits(cfg(), "/x", ram=False, profile="seed-box").ram_bytes is None
+    assert {f.name for f in dataclasses.fields(Limits)} == \
+        {k.limit for k in profile_keys.LIMITS} | {"device_path", "allow_unenforced"}
+    assert set(DISK_LIMITS) == {"read_bps", "write_bps", "read_ahead_kb"}
+    # the command line's limit flags, one per limit that has one
+    ap = argparse.ArgumentParser()
+    add_limits(ap)
+    a = ap.parse_args(["--ram-budget", "1GiB", "--read-ahead-kb", "64", "--cpu-quota", "0.5"])
+    assert (a.ram_budget, a.read_ahead_kb, a.cpu_quota, a.read_bps) == ("1GiB", 64, 0.5, None)
+    # each declared bound is the schema's: just past it is refused, naming the key
+    for k in profile_keys.KEYS:
+        for bound, past in ((k.minimum, -1), (k.maximum, +1)):
+            if bound is None:
+                continue
+            c = cfg()
+            c["profiles"]["seed-box"][k.name] = bound if (k.exclusive_minimum and past < 0) or \
+                (k.exclusive_maximum and past > 0) else bound + past
+            with pytest.raises(ConfigError, match=k.name):
+                validate_config(c)

@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # lowest first: a module may import its own floor and the floors below it, never one above
 FLOORS = (
     ("leaves", ("harness.util", "harness.libc", "harness.catalog")),
-    ("declarations", ("harness.parameters", "harness.contract", "harness.record")),
+    ("declarations", ("harness.parameters", "harness.profile_keys", "harness.contract",
+                      "harness.record")),
     ("box", ("harness.box",)),
     ("build", ("harness.build",)),
     ("models", ("harness.models",)),

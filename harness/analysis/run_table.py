@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.analysis import attribution
 from harness.contract import Status
-from harness import parameters
+from harness import parameters, profile_keys
 from harness.record import RUN_FIELDS, RunRecord, measured_window, read_run
 from harness.analysis.configurations import configuration_ids
 
@@ -206,9 +206,8 @@ def box_columns(rec: RunRecord, gen: pd.DataFrame, per) -> dict:
         # False: the profile's limits could not be applied and the run went on without them
         # (profile.allow_unenforced); every table and verdict that uses it says so
         "limits_enforced": rec.limits_enforced,
-        "read_ahead_kb": rec.limit("read_ahead_kb"),
+        **{k.column: rec.limit(k.limit) for k in profile_keys.LIMITS if k.column},
         "fadvise": ",".join(rec.file_advice) or None,
-        "cpu_quota": rec.limit("cpu_quota"), "write_bps_limit": rec.limit("write_bps"),
         # odirect-cache: what its warm start copied in from the page cache before the first token
         "bytes_warm_start": rec.summary.bytes_warm_start,
         "residency_decode_start": decode_start.residency if decode_start else None,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 from pathlib import Path
 
+from harness import profile_keys
 from harness.box.counters import CounterFiles
 from harness.box.conditions import (BoxError, DeviceReadahead, HeldFile, parse_keyed, read_value,
                                     restore_all_leftovers)
@@ -73,32 +74,37 @@ def reap_stale() -> list[Path]:
     return removed
 
 
-@dataclass
-class Limits:
-    ram_bytes: int | None = None
-    read_bps: int | None = None
-    device_path: str | None = None  # a file on the filesystem to throttle
-    allow_unenforced: bool = False
-    write_bps: int | None = None
-    cpu_quota: float | None = None  # CPUs' worth of time per period (cfs quota / period)
-    read_ahead_kb: int | None = None  # None: the device's own value, recorded
-
-    @property
-    def device(self) -> str:
-        return block_device_of(self.device_path or ".")
-
-    @property
-    def on_block_device(self) -> bool:
-        """The file lives on a block device (not tmpfs, overlayfs, a network mount): a disk
-        throttle and a read-ahead can apply to it."""
-        return Path(f"/sys/dev/block/{self.device}").exists()
-
-    def without_disk(self) -> Limits:
-        """These limits less those that need a block device (the RAM budget and the quota stay)."""
-        return dataclasses.replace(self, read_bps=None, write_bps=None, read_ahead_kb=None)
+def _device(self) -> str:
+    return block_device_of(self.device_path or ".")
 
 
-DISK_LIMITS = ("read_bps", "write_bps", "read_ahead_kb")
+def _on_block_device(self) -> bool:
+    """The file lives on a block device (not tmpfs, overlayfs, a network mount): a disk
+    throttle and a read-ahead can apply to it."""
+    return Path(f"/sys/dev/block/{self.device}").exists()
+
+
+def _without_disk(self) -> Limits:
+    """These limits less those that need a block device (the RAM budget and the quota stay)."""
+    return dataclasses.replace(self, **{k: None for k in DISK_LIMITS})
+
+
+_LIMIT_TYPES = {profile_keys.SIZE: int, profile_keys.INTEGER: int, profile_keys.NUMBER: float}
+
+# What a run is held to: one field per limit of harness.profile_keys (None: no such limit; the
+# device's read-ahead is recorded as it is), the file whose disk the disk limits apply to, and
+# whether a run may go on where a limit cannot apply. Made from the registry: a new limit is a
+# field here without an edit (its kernel writes are the cgroup classes' below).
+Limits = dataclasses.make_dataclass("Limits", [
+    *((k.limit, _LIMIT_TYPES[k.kind] | None, dataclasses.field(default=None))
+      for k in profile_keys.LIMITS),
+    ("device_path", str | None, dataclasses.field(default=None)),  # a file on the disk to limit
+    ("allow_unenforced", bool, dataclasses.field(default=False)),
+], kw_only=True, namespace={"device": property(_device),
+                            "on_block_device": property(_on_block_device),
+                            "without_disk": _without_disk})
+Limits.__module__ = __name__
+DISK_LIMITS = profile_keys.DISK_LIMITS
 
 
 # The CFS period of a CPU quota. Each CPU's run queue draws quota from the cgroup's pool in slices

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from harness.box import counters
-from harness import libc, parameters
+from harness import libc, parameters, profile_keys
 from harness.box import measurelock, pagecache
 from harness import record as run_record
 from harness.box.conditions import BoxRecord
@@ -318,9 +318,8 @@ def _provenance(limits: Limits, time_limit_s, cg: RunCgroup, model_info: dict, b
     unchanged = _stat_key(model_path) == model_stat
     return {
         "limits_in_force": cg.in_force,
-        "limits_requested": {"ram_bytes": limits.ram_bytes, "read_bps": limits.read_bps,
-                             "write_bps": limits.write_bps, "cpu_quota": limits.cpu_quota,
-                             "read_ahead_kb": limits.read_ahead_kb, "time_limit_s": time_limit_s},
+        "limits_requested": {**{k.limit: getattr(limits, k.limit) for k in profile_keys.LIMITS},
+                             "time_limit_s": time_limit_s},
         "model": {k: model_info.get(k) for k in ("name", "path", "sha256", "synthetic", "seed",
                                                  "quant", "source", "staged_from")},
         "model_sha256_checked_before": model_info.get("sha256"), "model_unchanged": unchanged,
