@@ -50,9 +50,11 @@ KEYS: tuple[ProfileKey, ...] = (
     ProfileKey("description", STRING, "what the profile stands for", reading=True),
     ProfileKey("threads", INTEGER, "CPU threads for every measurement", minimum=1, required=True),
     ProfileKey("ram_budget", SIZE, "RAM budget (bytes, or like \"1.7GiB\"); page cache, mlocked "
-               "and anonymous memory count", unit="bytes", limit="ram_bytes", cli=True),
+               "and anonymous memory count", unit="bytes", limit="ram_bytes", cli=True,
+               column="ram_budget_bytes"),
     ProfileKey("read_bps", SIZE, "disk read throughput cap (bytes/s, or like \"150MB\") on the "
-               "models' disk", unit="bytes/s", limit="read_bps", disk=True, cli=True),
+               "models' disk", unit="bytes/s", limit="read_bps", disk=True, cli=True,
+               column="read_bps_limit"),
     ProfileKey("write_bps", SIZE, "disk write throughput cap (bytes/s) on the models' disk; on "
                "cgroup v1 it cannot see buffered writeback (the flusher threads write from the "
                "root cgroup), which every record shows", unit="bytes/s", limit="write_bps",
