@@ -49,7 +49,7 @@ def test_final_has_results_plots_and_one_record_per_run(pipeline):
     final = pipeline / "results" / "final"
     assert (final / "RESULTS.md").exists()
     for plot in ("tok_per_s", "majflt_per_token", "time_breakdown", "routing_heatmap", "locality",
-                 "cache_simulation"):
+                 "cache_simulation", "policy_study"):
         assert (final / "plots" / f"{plot}.png").stat().st_size > 1000, plot
     runs = pd.read_csv(final / "runs.csv")
     cfg = yaml.safe_load((pipeline / "config/experiments.yaml").read_text())

@@ -33,6 +33,12 @@ PLOTS = {
         "What any expert cache could do, simulated on the routing trace: the hit rate of LRU, LFU "
         "and Belady's optimum (the oracle) per cache size in experts per layer. The gap between "
         "a policy and the oracle is what a better policy could still win."),
+    "policy_study": (
+        "What an expert cache of each policy would read per token of the measured window, "
+        "replayed on this regime's own routing at the capacity the floor uses (the RAM budget "
+        "less the non-expert tensors), from a cold start at the prompt: the page cache reads like "
+        "LRU; Belady's optimum needs the future. A mechanism's bytes are held to its own "
+        "policy's replay."),
     "time_breakdown": (
         "Time per token of the study's best configuration by the harness's own timers (median "
         "over tokens): pread of expert slabs, compute, madvise and other prefetch work, the "

@@ -87,6 +87,21 @@ def cache_simulation(cs: pd.DataFrame):
     return fig
 
 
+def policy_study(t: pd.DataFrame):
+    """MB per window token each cache policy reads, per model (harness.analysis.policies)."""
+    fig, ax = plt.subplots(figsize=(6, 3))
+    models = list(dict.fromkeys(t.model))
+    width = 0.8 / max(1, len(models))
+    pols = list(dict.fromkeys(t.policy))
+    for i, (model, g) in enumerate(t.groupby("model", sort=False)):
+        g = g.set_index("policy").reindex(pols)
+        ax.bar([j + i * width for j in range(len(pols))], g.mb_per_window_token, width, label=model)
+    ax.set_xticks([j + width * (len(models) - 1) / 2 for j in range(len(pols))], pols)
+    ax.set_ylabel("MB read per window token")
+    ax.legend(fontsize=7)
+    return fig
+
+
 def time_breakdown(bd: dict):
     """The time breakdown's one bar (harness.analysis.breakdown)."""
     fig, ax = plt.subplots(figsize=(6, 2.2))

@@ -20,7 +20,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness import parameters
-from harness.analysis import breakdown, configurations, findings, latency, limit, run_table, stats, tables
+from harness.analysis import (breakdown, configurations, findings, latency, limit, policies, run_table,
+                              stats, tables)
 from harness.analysis.findings import Figure, Outcome
 from harness.record import read_run
 from harness.util import sig
@@ -188,6 +189,7 @@ def write_findings(inputs: ReportInputs, outputs: dict, config: dict) -> None:
                                   ceil.moe_ceiling.get(sub.q4, float("nan")), effect)
         verdicts_by[name] = _findings(rw, study)
         _design_section(rw, study)
+        _policies(rw, policies.policy_study(sub.runs, sub.layouts, sub.limits.get("ram_bytes")))
         _breakdown(rw, breakdown.time_breakdown(sub.runs, summ))
     _closing(w, d, verdicts_by)
     w.write_whole(TABLES)
@@ -430,6 +432,18 @@ def _design_section(w: Writer, study: findings.Study) -> None:
         w.text(f"{len(short)} of {len(t)} configurations have fewer runs than they need at "
                f"{effect:.0%}.\n")
     w.table("design", t, "findings")
+
+
+def _policies(w: Writer, out: Outcome) -> None:
+    """What each cache policy would read on this regime's own routing (the yardstick of a cache
+    mechanism)."""
+    w.text("### What each cache policy would read\n")
+    w.text("Replayed on the regime's longest routing trace, over its measured window "
+           "(`harness/analysis/policies.py`): LRU, LFU (counts since the start, kept for slabs "
+           "not cached too), LFU aged (half-life "
+           f"{policies.LFU_HALF_LIFE_TOKENS} decodes), ARC and Belady's optimum, each from an "
+           "empty cache at the prompt, at real slab sizes.\n")
+    w.outcome(out, "findings")
 
 
 def _breakdown(w: Writer, out: Outcome) -> None:
