@@ -116,6 +116,17 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("cache_budget_mb", int, 900, "odirect-cache: the slabs its anonymous memory may "
               "hold beyond the layer being computed", unit="MiB", minimum=0,
               mechanisms=("odirect-cache",), cli=("--cache-budget-mb",)),
+    Parameter("cache_policy", str, "lru", "odirect-cache: which slabs make room: `lru` (least "
+              "recently routed) or `lfu` (least often routed since the start, counting slabs "
+              "not cached too; ties least recent), the best online policy on this routing "
+              "(RESULTS.md, What each cache policy would read)", choices=("lru", "lfu"),
+              mechanisms=("odirect-cache",), cli=("--cache-policy",)),
+    Parameter("cache_fill", bool, False, "odirect-cache: the cache holds what the run's memory "
+              "limit leaves at its first decode (the limit less the non-expert tensors, the "
+              "process's anonymous memory and a 64 MiB margin) instead of `cache_budget_mb` "
+              "(which stands for a run without a memory limit); the record says how much "
+              "(`cache_capacity_bytes`)",
+              mechanisms=("odirect-cache",), cli=("--cache-fill",)),
     Parameter("io_depth", int, 4, "odirect-cache: O_DIRECT reads in flight at once (reader "
               "threads)", minimum=1, maximum=64, mechanisms=("odirect-cache",),
               cli=("--io-depth",)),

@@ -79,6 +79,9 @@ class WorkerSummary:
     byte_accounting_ok: bool | None = f("prefetched bytes equal routed bytes in every layer "
                                         "(null: the mechanism does not prefetch)")
     bytes_read_ahead: int | None = f("bytes a lookahead read ahead", "bytes")
+    cache_capacity_bytes: int | None = f("the bytes odirect-cache's cache could hold (with "
+                                         "cache_fill: measured from the memory limit at the "
+                                         "first decode)", "bytes")
     bytes_warm_start: int | None = f("bytes odirect-cache copied from the page cache into its "
                                      "cache before the first token (warm_start)", "bytes")
     cache_hits: int | None = f("expert-cache hits (lru-odirect)", "count")
@@ -461,6 +464,8 @@ RUN_COLUMNS: tuple[RunColumn, ...] = (
       for k in profile_keys.LIMITS if k.column),
     RunColumn("fadvise", "", "the posix_fadvise advice llama.cpp gives the model file",
               "run.json build"),
+    RunColumn("cache_capacity_bytes", "bytes", "odirect-cache: the bytes its cache could hold",
+              "run.json summary"),
     RunColumn("bytes_warm_start", "bytes", "odirect-cache: slabs copied in from the page cache "
               "before the first token", "run.json summary"),
     RunColumn("residency_decode_start", "fraction", "share of the model file in the page cache "

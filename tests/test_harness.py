@@ -711,3 +711,68 @@ def test_residency_is_checked_on_the_warmup_only_never_in_the_measured_window(
     assert (measured.bytes_missing >= 0).all() and (measured.bytes_missing_after >= 0).all()
     assert (window.bytes_missing == -1).all() and (window.bytes_missing_after == -1).all()
     assert rec.summary.byte_accounting_ok is True  # the mechanism still read every routed slab
+
+
+def test_a_filled_cache_takes_what_the_memory_limit_leaves():
+    from harness.run.mechanisms.odirect import fill_budget
+
+    mib = 2**20
+    assert fill_budget(1000 * mib, 300 * mib, 100 * mib, 64 * mib) == 536 * mib
+    assert fill_budget(400 * mib, 300 * mib, 100 * mib, 64 * mib) == 0  # nothing left
+    assert fill_budget(None, 300 * mib, 100 * mib, 64 * mib) is None  # no limit: the budget stands
+
+
+@pytest.fixture(scope="module")
+def policy_runs(manifest, tiny_models, tmp_path_factory):
+    """odirect-cache cold at a 1 MiB budget (a few of the tiny model's slabs) under each policy,
+    and filled from a 400 MiB memory limit."""
+    model = tiny_models["olmoe-tiny-Q4_K_M"]
+    out = {}
+    for label, kw, limits in (
+            ("lru", {"cache_policy": "lru"}, None), ("lfu", {"cache_policy": "lfu"}, None),
+            ("fill", {"cache_policy": "lfu", "cache_fill": True},
+             Limits(ram_bytes=400 * 2**20, device_path=model["gguf"]))):
+        d = tmp_path_factory.mktemp("policy-" + label)
+        rec = run(manifest, model, d, spec("odirect-cache", tokens=16, warmup_tokens=2,
+                                           cache_budget_mb=1, predict_experts=0,
+                                           evict_after_load=True, warm_start=False, **kw),
+                  limits=limits)
+        out[label] = (rec, pd.read_csv(d / "tokens.csv"), pd.read_csv(d / "experts.csv"))
+    return out
+
+
+def test_the_cache_reads_what_its_own_policys_replay_reads(policy_runs, tiny_models):
+    """Per run, bytes read per window token within 5% of harness.analysis.policies' replay of
+    the same policy at the same capacity on the run's own routing: the design and the code
+    agree (the replay keeps whole experts, the cache slabs; both read every miss once)."""
+    from harness.analysis import policies
+
+    lay = tiny_models["olmoe-tiny-Q4_K_M"]["data"]
+    slab = {int(k): v for k, v in lay["slab_bytes_per_layer"].items()}
+    for label in ("lru", "lfu"):
+        rec, tok, experts = policy_runs[label]
+        assert rec.status == "ok" and rec.summary.byte_accounting_ok is True
+        assert rec.summary.cache_capacity_bytes == 2**20
+        gen = tok[tok.phase == "gen"]
+        measured = gen.bytes_read.iloc[2:].mean()
+        steps = policies.decode_steps(experts, len(rec.summary.prompt_tokens))
+        replayed = policies.window_bytes(
+            policies.replay(steps, slab, rec.summary.cache_capacity_bytes, label), 2,
+            rec.summary.tokens_completed)
+        assert measured == pytest.approx(replayed, rel=0.05), label
+        assert 0 < measured < gen.bytes_routed.iloc[2:].mean()  # it hits, and it misses
+
+
+def test_a_filled_cache_measures_its_capacity_from_the_cgroup(policy_runs, tiny_models):
+    rec, tok, experts = policy_runs["fill"]
+    lay = tiny_models["olmoe-tiny-Q4_K_M"]["data"]
+    assert rec.status == "ok" and rec.limits_in_force["ram_bytes"] == 400 * 2**20
+    cap = rec.summary.cache_capacity_bytes
+    # the limit less the non-expert tensors, the worker's anonymous memory and the margin:
+    # well above the 1 MiB budget it was given, below what the limit leaves of them
+    assert 2**20 < cap < 400 * 2**20 - lay["non_expert_bytes"] - 64 * 2**20
+    # the whole tiny model fits: each slab is read once, when it is first routed, never again
+    slab = {int(k): v for k, v in lay["slab_bytes_per_layer"].items()}
+    first_reads = sum(slab[layer] for layer, _ in
+                      experts[["layer", "expert"]].drop_duplicates().itertuples(index=False))
+    assert tok.bytes_read.sum() == first_reads < tok.bytes_routed.sum()

@@ -209,6 +209,7 @@ def box_columns(rec: RunRecord, gen: pd.DataFrame, per) -> dict:
         **{k.column: rec.limit(k.limit) for k in profile_keys.LIMITS if k.column},
         "fadvise": ",".join(rec.file_advice) or None,
         # odirect-cache: what its warm start copied in from the page cache before the first token
+        "cache_capacity_bytes": rec.summary.cache_capacity_bytes,
         "bytes_warm_start": rec.summary.bytes_warm_start,
         "residency_decode_start": decode_start.residency if decode_start else None,
         "load_read_bytes": (after_load.cgroup_read_bytes - before_load.cgroup_read_bytes

@@ -478,3 +478,37 @@ def run_cgroup(limits: Limits, *, defer_to_decode: bool = False) -> RunCgroup:
     CgroupV1 or CgroupV2, or the base class where there is none (it can only run unenforced)."""
     cls = {1: CgroupV1, 2: CgroupV2}.get(cgroup_version(), RunCgroup)
     return cls(limits, defer_to_decode=defer_to_decode)
+
+
+def own_memory_limit(proc_cgroup: str = "/proc/self/cgroup", root: Path = CGROOT) -> int | None:
+    """The memory limit (bytes) of the cgroup this process is in, v1 or v2; None when it has
+    none (unlimited) or it cannot be read."""
+    try:
+        lines = Path(proc_cgroup).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            f = root / "memory" / path.lstrip("/") / "memory.limit_in_bytes"
+        elif controllers == "":
+            f = root / path.lstrip("/") / "memory.max"
+        else:
+            continue
+        try:
+            text = f.read_text().strip()
+        except OSError:
+            continue
+        # v1 writes "unlimited" as a page-rounded 2^63 - 1
+        if text != "max" and int(text) < 1 << 62:
+            return int(text)
+    return None
+
+
+def anonymous_rss(status: str = "/proc/self/status") -> int:
+    """This process's anonymous resident memory (bytes): its heap, llama.cpp's buffers, and what
+    a mechanism holds in anonymous mappings."""
+    for line in Path(status).read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    return 0

@@ -396,6 +396,7 @@ class Worker:
             "byte_accounting_ok": (self.mismatches == 0) if m.prefetches else None,
             "bytes_read_ahead": getattr(m, "bytes_read_ahead", 0),
             "bytes_warm_start": getattr(m, "bytes_warm_start", 0),
+            "cache_capacity_bytes": getattr(m, "cache_capacity_bytes", None),
             "cache_hits": m.c.cache_hits, "cache_misses": m.c.cache_misses,
             "mapping": {"start": start, "length": length, "file_offset": moff}}
 

@@ -12,6 +12,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from harness.box.limits import anonymous_rss, own_memory_limit
 from harness.run.mechanisms.base import Mechanism, Residency, max_slab, register
 from harness.run.mechanisms.routing import predict_experts, read_ffn_norms, read_routers
 from harness.libc import (MADV_DONTNEED, MAP_ANONYMOUS, MAP_PRIVATE, PAGE, PROT_READ, PROT_WRITE,
@@ -129,7 +130,11 @@ class ODirectCache(Mechanism):
     in flight, read if missing, and the layer's slabs are held until the next layer routes. The
     cache keeps at most `cache_budget_mb` of slabs (least recently used out: MADV_DONTNEED gives
     the pages back and they read as zeros until read again), beyond the slabs of the layer being
-    computed. The bytes at a tensor's ends that share a page with its neighbours stay
+    computed; with `cache_policy: lfu` the slabs routed least often since the start go first
+    (counts kept for slabs not cached too, as harness.analysis.policies replays it). With
+    `cache_fill` the budget is what the run's memory limit leaves at the first decode, when
+    llama.cpp's context exists: the limit less the non-expert tensors, the process's anonymous
+    memory and FILL_MARGIN. The bytes at a tensor's ends that share a page with its neighbours stay
     file-backed and are served by the page cache. With `warm_start` the slabs the model's load
     left wholly in the page cache are copied into the cache (a buffered read that hits the page
     cache: no disk) before the remap would discard them; otherwise the cache starts empty.
@@ -137,11 +142,17 @@ class ODirectCache(Mechanism):
     (benchmarks/results/odirect_cache_sweep-2026-12-04.txt)."""
 
     name = "odirect-cache"
+    FILL_MARGIN = 64 * 2**20  # what may still grow beside the cache: the hook's buffers, Python
 
     def __init__(self, model, *, cache_budget_mb: int, io_depth: int, predict_experts: int,
-                 warm_start: bool, **options):
+                 warm_start: bool, cache_policy: str, cache_fill: bool, **options):
         super().__init__(model, **options)
+        if cache_policy not in ("lru", "lfu"):
+            raise ValueError(f"cache_policy: {cache_policy!r} is not lru or lfu")
+        self.policy = cache_policy
+        self.fill = bool(cache_fill)
         self.budget = int(cache_budget_mb) * 1024 * 1024
+        self.routed_count: collections.Counter = collections.Counter()  # lfu: every slab routed
         self.k = int(predict_experts)
         self.dfd = os.open(model.path, os.O_RDONLY | os.O_DIRECT)
         # before the remap below discards them: the slabs wholly in the page cache, as keys
@@ -166,11 +177,26 @@ class ODirectCache(Mechanism):
         self.inflight: dict[tuple[int, int], object] = {}  # slab -> Future of its read
         self.pinned: set[tuple[int, int]] = set()  # the slabs of the layer being computed
         self.bytes_read_ahead = 0
-        self.bytes_warm_start = self._warm(resident)
+        # with cache_fill the budget, and so the warm start, wait for the first decode
+        self._resident = resident if self.fill else None
+        self.bytes_warm_start = 0 if self.fill else self._warm(resident)
         if self.k > 0:
             self.observes = b"ffn_norm-"
             self.routers = read_routers(model)
             self.norms = read_ffn_norms(model)
+
+    def begin_decode(self, first_token: int, n_tokens: int) -> None:
+        if self._resident is not None:  # cache_fill: the first decode, the context exists
+            filled = fill_budget(own_memory_limit(), self.layout.data["non_expert_bytes"],
+                                 anonymous_rss(), self.FILL_MARGIN)
+            if filled is not None:  # no memory limit: cache_budget_mb stands
+                self.budget = filled
+            self.bytes_warm_start = self._warm(self._resident)
+            self._resident = None
+
+    @property
+    def cache_capacity_bytes(self) -> int:
+        return self.budget
 
     def _resident_slabs(self) -> list[tuple[int, int]]:
         """Every expert slab whose pages are all in the page cache now, in file order."""
@@ -231,15 +257,21 @@ class ODirectCache(Mechanism):
         self.loaded_bytes -= nbytes
 
     def _make_room(self, nbytes: int) -> bool:
-        """Evict least recently used slabs until nbytes fit the budget; False if they cannot."""
+        """Evict slabs by the policy until nbytes fit the budget; False if they cannot."""
         t0 = time.perf_counter()
-        for key in list(self.loaded):
-            if self.loaded_bytes + nbytes <= self.budget:
-                break
-            if key in self.pinned or key in self.inflight:
-                continue
-            del self.loaded[key]
-            self._drop(key)
+        if self.loaded_bytes + nbytes > self.budget:
+            # loaded is in recency order (least recent first); lfu takes the least often routed
+            # first, ties by recency (a stable sort keeps that order)
+            order = list(self.loaded)
+            if self.policy == "lfu":
+                order.sort(key=self.routed_count.__getitem__)
+            for key in order:
+                if self.loaded_bytes + nbytes <= self.budget:
+                    break
+                if key in self.pinned or key in self.inflight:
+                    continue
+                del self.loaded[key]
+                self._drop(key)
         self.c.other_s += time.perf_counter() - t0
         return self.loaded_bytes + nbytes <= self.budget
 
@@ -257,6 +289,7 @@ class ODirectCache(Mechanism):
 
     def on_route(self, layer, experts):
         keys = [(s.offset, s.nbytes) for e in experts for s in self.layout.slabs(layer, e)]
+        self.routed_count.update(keys)
         self.pinned = set(keys)  # the previous layer's matmuls have run: its slabs may go
         missing = []
         for key in keys:
@@ -265,12 +298,14 @@ class ODirectCache(Mechanism):
                 self.c.cache_hits += 1
                 self.c.bytes_from_cache += key[1]
             else:
-                self._make_room(key[1])  # over budget only by this layer's own slabs
-                self._start(key)
                 missing.append(key)
-                self.c.cache_misses += 1
-                self.c.bytes_read += key[1]
-        for key in keys:  # the misses were issued together: io_depth of them in flight
+        if missing:  # room for all of them at once (over budget only by this layer's own slabs)
+            self._make_room(sum(key[1] for key in missing))
+        for key in missing:  # issued together: io_depth of them in flight
+            self._start(key)
+            self.c.cache_misses += 1
+            self.c.bytes_read += key[1]
+        for key in keys:
             self._wait(key)
 
     def on_hidden(self, layer, rows):
@@ -298,3 +333,12 @@ class ODirectCache(Mechanism):
         self.drain()
         self.pool.shutdown(wait=True)
         os.close(self.dfd)
+
+
+def fill_budget(limit: int | None, non_expert_bytes: int, anonymous: int, margin: int) -> int | None:
+    """The bytes a cache may fill under a memory limit: the limit less the non-expert tensors
+    (resident every token, mlocked or not), the process's anonymous memory and a margin; None
+    with no limit (nothing to fill: the run keeps its cache_budget_mb)."""
+    if limit is None:
+        return None
+    return max(0, limit - non_expert_bytes - anonymous - margin)
