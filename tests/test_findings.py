@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from harness.analysis import findings
-from harness.analysis.stats import FAILS, HOLDS, INCONCLUSIVE
+from harness.analysis.stats import FAILS, HOLDS, INCONCLUSIVE, NOT_RUN
 
 Q4, Q2 = "q4", "q2"
 LAYOUTS = {Q4: {"bytes_per_token": 167, "n_layer": 2, "n_expert": 8},
@@ -184,7 +184,7 @@ def test_a_regimes_minimum_effect_decides_what_a_difference_must_reach():
 @pytest.mark.parametrize("finding", findings.FINDINGS, ids=lambda f: f.number)
 def test_every_finding_states_its_claim_runs_and_rule(finding):
     assert finding.claim and finding.needs and finding.rule
-    assert verdict(finding.number, study(PM)) in (HOLDS, FAILS, INCONCLUSIVE)
+    assert verdict(finding.number, study(PM)) in (HOLDS, FAILS, INCONCLUSIVE, NOT_RUN)
 
 
 def test_finding9_lookahead_each_way():
@@ -201,7 +201,7 @@ def test_finding9_lookahead_each_way():
     assert t.loc["ours best", "verdict"] == FAILS
     assert verdict("9", study(study_best, ours, rows("la", [1.3], mechanism="lookahead"))) \
         == INCONCLUSIVE
-    assert verdict("9", study(study_best, ours)) == INCONCLUSIVE
+    assert verdict("9", study(study_best, ours)) == NOT_RUN  # no lookahead runs
 
 
 
@@ -271,3 +271,41 @@ def test_the_other_findings_judge_the_wait_policy_most_runs_had():
     assert verdict("11", st) == FAILS
     assert verdict("12", st) == HOLDS  # passive over libgomp: 3x
 
+
+
+def test_finding13_the_expert_cache_against_demand_paging_and_the_fastest_other_each_way():
+    def cache(tok):
+        return rows("cache", tok, mechanism="odirect-cache", cache_fill=True, cache_policy="lfu")
+
+    paging = rows("none", [1.0, 1.02, 0.98], mechanism="none", cache_fill=False, cache_policy="lru")
+    madvise = rows("madvise", [1.2, 1.22, 1.18], mechanism="madvise", cache_fill=False,
+                   cache_policy="lru")
+    base = [r | {"cache_fill": False, "cache_policy": "lru"} for r in PM]
+    assert verdict("13", study(base, paging, madvise, cache([2.0, 2.05, 1.95]))) == HOLDS
+    # 1.3x paging and 1.08x madvise: both below their thresholds
+    assert verdict("13", study(base, paging, madvise, cache([1.3, 1.32, 1.28]))) == FAILS
+    assert verdict("13", study(base, paging, madvise, cache([1.2, 2.2, 1.7]))) == INCONCLUSIVE
+    # no cache runs in this regime: not run, not inconclusive
+    assert verdict("13", study(base, paging, madvise)) == NOT_RUN
+    assert verdict("13", study(PM)) == NOT_RUN  # a runs table from before the expert cache
+    out = F("13").evaluate(study(base, paging, madvise, cache([2.0, 2.05, 1.95])))
+    t = out.tables["finding13_expert_cache"]
+    assert list(t.against) == ["none", "madvise"] and list(t.threshold) == [1.5, 1.2]
+
+
+def test_a_finding_whose_configurations_did_not_run_says_so():
+    assert verdict("1a", study(PM)) == NOT_RUN  # no LRU runs
+    assert verdict("1b", study(PM)) == NOT_RUN
+    assert verdict("9", study(PM)) == NOT_RUN  # no lookahead runs
+    # ... where they ran but cannot be judged, inconclusive
+    assert verdict("1b", study(PM, lru(0, [0.5, 0.52]))) == INCONCLUSIVE
+
+
+def test_same_in_every_regime_counts_only_the_regimes_that_ran():
+    from harness.analysis.tables import verdicts_side_by_side
+
+    v = {"a": [{"finding": "9", "claim": "c", "verdict": NOT_RUN, "why": "x"}],
+         "b": [{"finding": "9", "claim": "c", "verdict": HOLDS, "why": "y"}]}
+    assert bool(verdicts_side_by_side(v, 0).same_in_every_regime.iloc[0])
+    v["a"][0]["verdict"] = FAILS
+    assert not bool(verdicts_side_by_side(v, 0).same_in_every_regime.iloc[0])

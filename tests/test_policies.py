@@ -86,3 +86,20 @@ def test_the_reference_routing_replays_as_the_page_cache_and_odirect_cache_read_
     lru = policies.window_bytes(replay(steps_, slab, 1200 * 2**20, "lru"), int(odc.warmup_tokens),
                                 int(odc.tokens_completed))
     assert lru == pytest.approx(odc.window_read_bytes_per_token, rel=0.05)
+
+
+def test_finding13_shows_a_cache_runs_bytes_beside_its_own_replay():
+    """odirect-cache@disk-box in vm-2026-12-06 (LRU, 1,200 MiB): the disk bytes its cgroup read
+    per window token and its policy's replay on its own routing, side by side."""
+    from harness.analysis.findings import _bytes_against_replay
+
+    runs = pd.read_csv(REF / "final/runs.csv")
+    r = runs[(runs.run_id == "odirect-cache@disk-box") & (runs["repeat"] == 1)].copy()
+    r["record"] = str(REF / "runs/odirect-cache@disk-box/rep1/run.json")
+    r["cache_policy"], r["cache_capacity_bytes"] = "lru", 1200 * 2**20
+    lay = json.loads((REF / "models/olmoe-q4.layout.json").read_text())
+    t = _bytes_against_replay(r, {"olmoe-q4": lay})
+    assert len(t) == 1 and t.read_over_replay.iloc[0] == pytest.approx(1.0, abs=0.05)
+    # at half the capacity the replay reads far more than the run did: the gap shows
+    r["cache_capacity_bytes"] = 600 * 2**20
+    assert _bytes_against_replay(r, {"olmoe-q4": lay}).read_over_replay.iloc[0] < 0.9

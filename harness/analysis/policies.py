@@ -178,6 +178,17 @@ def policy_table(trace: pd.DataFrame, n_prompt: int, warmup: int, done: int,
     return t
 
 
+def replay_of_run(run, layout: dict, policy: str, capacity: float) -> float:
+    """Bytes per window token `policy` at `capacity` reads on this run's own routing (its
+    experts.csv beside its record, its own window): what a cache mechanism's run is held to."""
+    from harness.analysis import traces
+
+    slab = {int(k): v for k, v in layout["slab_bytes_per_layer"].items()}
+    steps = decode_steps(traces.read_trace(run), int(run["prompt_tokens"]))
+    return window_bytes(replay(steps, slab, capacity, policy), int(run["warmup_tokens"]),
+                        int(run["tokens_completed"]))
+
+
 def policy_study(runs: pd.DataFrame, layouts: dict, ram_budget: float | None) -> Outcome:
     """Per model with a logged routing trace in these runs (one regime's): every policy's bytes
     per window token at the capacity the floor uses (the RAM budget less the model's non-expert

@@ -25,6 +25,8 @@ import pandas as pd
 from scipy import stats as sps
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+# a finding whose configurations have no runs in a regime: nothing was judged there
+NOT_RUN = "not run"
 LEVEL = 0.90  # two-sided confidence of every interval; each one-sided test is at 5%
 ALPHA = (1 - LEVEL) / 2
 MIN_EFFECT = 0.10  # a directional claim needs at least a 10% difference in tok/s

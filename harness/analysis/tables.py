@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import configurations, floors, run_table
+from harness.analysis import configurations, floors, run_table, stats
 from harness.contract import Status
 
 # the MoE compute ceiling's measurement, as compute_ceiling names its rows
@@ -196,7 +196,9 @@ def verdicts_side_by_side(verdicts_by: dict[str, list[dict]], unenforced: int) -
             row[name] = v["verdict"]
             row[f"why ({name})"] = v["why"]
     t = pd.DataFrame(list(rows.values()))
-    t["same_in_every_regime"] = t[list(verdicts_by)].nunique(axis=1) == 1
+    # over the regimes where the finding was judged: one it was not run in differs from none
+    ran = t[list(verdicts_by)].where(t[list(verdicts_by)] != stats.NOT_RUN)
+    t["same_in_every_regime"] = ran.nunique(axis=1) <= 1
     return t
 
 
