@@ -38,11 +38,13 @@ from harness.config import cpu_quota_of, expand, profile_limits
 from harness.run import supervise
 
 # run ids of config/experiments.yaml (before `@<profile>`): the study's best (pread+madvise with
-# the non-expert tensors mlocked), demand paging, odirect-cache and the LRU at its largest swept
-# budget; and per regime its own best of the reference run where that is another one
-CONFIGS = {"seed-box": ["pread-madvise-mlock", "baseline", "odirect-cache", "lru--lru-budget-mb-900"],
-           "disk-box": ["pread-madvise-mlock", "baseline", "odirect-cache", "lru--lru-budget-mb-900",
-                        "madvise"]}
+# the non-expert tensors mlocked), demand paging, odirect-cache, the expert cache and the LRU at
+# its largest swept budget; and per regime its own best of the reference run where that is
+# another one
+CONFIGS = {"seed-box": ["pread-madvise-mlock", "baseline", "odirect-cache", "expert-cache",
+                        "lru--lru-budget-mb-900"],
+           "disk-box": ["pread-madvise-mlock", "baseline", "odirect-cache", "expert-cache",
+                        "lru--lru-budget-mb-900", "madvise"]}
 
 
 def specs(config: dict, tokens: int, warmup: int | None = None, only: list | None = None) -> list:
