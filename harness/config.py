@@ -14,9 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from harness import bounds, parameters, profile_keys
+from harness import bounds, catalog, parameters, profile_keys
 from harness.util import canonical
-from harness import catalog
 
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]i?)?[bB]?\s*$")
 UNITS = {None: 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
@@ -183,7 +182,7 @@ def _expand_profile(config: dict, profile_name: str) -> list[RunSpec]:
     return runs
 
 
-def check_run_values(config: dict, entry: str, vals: dict, profile_name: str | None = None) -> None:
+def check_run_values(config: dict, entry: str, vals: dict, profile_name: str) -> None:
     """One run's values, on their own and against the profile it runs under (`profile_name`)."""
     where = f"config: experiments.{entry}"
     # a config the schema has not filled in (read by hand) has the declared defaults too
@@ -232,8 +231,7 @@ def check_run_values(config: dict, entry: str, vals: dict, profile_name: str | N
     if n_expert and "lookahead_experts" in options and vals["lookahead_experts"] > n_expert:
         raise ConfigError(f"{where}.lookahead_experts: {vals['lookahead_experts']} is more than "
                           f"model {vals['model']!r}'s {n_expert} experts per layer")
-    if profile_name is not None:
-        _check_memory_values(config, where, vals, options, profile_name)
+    _check_memory_values(config, where, vals, options, profile_name)
 
 
 def _check_memory_values(config: dict, where: str, vals: dict, options: tuple[str, ...],
