@@ -7,7 +7,8 @@ replay at its own capacity on its own routing (and LRU's, at the same capacity).
         --only baseline@disk-box,madvise@disk-box,expert-cache@disk-box,baseline@seed-box,expert-cache@seed-box
     .venv/bin/python benchmarks/expert_cache.py OUT results/models/olmoe-q4.layout.json
 
-Writes OUT/summary.csv and prints it with each ratio's 90% Welch interval (log tok/s).
+Writes OUT/summary.csv (per run) and OUT/ratios.csv (each ratio with its 90% Welch interval on
+log tok/s) and prints both.
 """
 
 from __future__ import annotations
@@ -40,18 +41,18 @@ def row(rec_path: Path, slab: dict) -> dict:
     out = {"run_id": rec.run_id, "repeat": rec.spec.repeat, "status": rec.status,
            "window_tok_s": rate,
            "later_tok_s": len(later) / later.wall_s.sum() if len(later) else float("nan"),
-           "window_cgroup_read_mb": win.cgroup_read_bytes.mean() / 1e6,
-           "window_mechanism_read_mb": win.bytes_read.mean() / 1e6,
+           "window_cgroup_read_bytes": win.cgroup_read_bytes.mean(),
+           "window_mechanism_read_bytes": win.bytes_read.mean(),
            **{f"{k}_s": parts[f"{k}_share"] / rate for k in ("user", "kernel", "throttled",
                                                              "io_wait")},
-           "cache_capacity_mb": (rec.summary.cache_capacity_bytes or 0) / 1e6}
+           "cache_capacity_bytes": rec.summary.cache_capacity_bytes or 0}
     if rec.spec.mechanism == "odirect-cache" and rec.summary.cache_capacity_bytes:
         steps = policies.decode_steps(pd.read_csv(rec_path.parent / "experts.csv"),
                                       len(rec.summary.prompt_tokens))
-        for label, policy in (("replay_own_policy_mb", rec.spec.cache_policy),
-                              ("replay_lru_mb", "lru")):
+        for label, policy in (("replay_own_policy_bytes", rec.spec.cache_policy),
+                              ("replay_lru_bytes", "lru")):
             read = policies.replay(steps, slab, rec.summary.cache_capacity_bytes, policy)
-            out[label] = policies.window_bytes(read, WARMUP, WARMUP + WINDOW) / 1e6
+            out[label] = policies.window_bytes(read, WARMUP, WARMUP + WINDOW)
     return out
 
 
@@ -70,12 +71,17 @@ def main(argv: list[str]) -> int:
     t = pd.DataFrame([row(p, slab) for p in sorted(out.glob("*/rep*/run.json"))])
     t.to_csv(out / "summary.csv", index=False)
     print(t.round(3).to_string(index=False))
+    rows = []
     for a, b in (("expert-cache@disk-box", "baseline@disk-box"),
                  ("expert-cache@disk-box", "madvise@disk-box"),
                  ("expert-cache@seed-box", "baseline@seed-box")):
         if {a, b} <= set(t.run_id):
             r, lo, hi = ratio(t, a, b)
-            print(f"{a} over {b}: {r:.3f} (90% {lo:.3f}-{hi:.3f})")
+            rows.append({"comparison": f"{a} over {b}", "ratio": r, "ratio_ci90_low": lo,
+                         "ratio_ci90_high": hi})
+    ratios = pd.DataFrame(rows)
+    ratios.to_csv(out / "ratios.csv", index=False)
+    print(ratios.round(3).to_string(index=False))
     return 0
 
 
