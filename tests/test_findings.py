@@ -309,3 +309,16 @@ def test_same_in_every_regime_counts_only_the_regimes_that_ran():
     assert bool(verdicts_side_by_side(v, 0).same_in_every_regime.iloc[0])
     v["a"][0]["verdict"] = FAILS
     assert not bool(verdicts_side_by_side(v, 0).same_in_every_regime.iloc[0])
+
+
+def test_finding4_says_whether_tok_s_scales_with_the_bytes_actually_read():
+    # 2x the rate for 2x fewer bytes read (nominal 1.67x): holds, and scales with bytes read
+    out = F("4").evaluate(study(*pair([1.0, 1.02, 0.98], [2.0, 2.05, 1.95], q4_read=200e6,
+                                      q2_read=100e6)))
+    t = out.tables["finding4_scaling"].set_index("mechanism")
+    assert out.verdict.verdict == HOLDS and t.loc["pread+madvise", "read_ratio_q4_over_q2"] == 2.0
+    assert bool(t.loc["pread+madvise", "scales_with_bytes_read"])
+    assert "scales with the bytes actually read" in out.notes[0]
+    # the same rates for bytes read 1.67x apart: it does not scale with them
+    out = F("4").evaluate(study(*pair([1.0, 1.02, 0.98], [2.0, 2.05, 1.95])))
+    assert not bool(out.tables["finding4_scaling"].scales_with_bytes_read.iloc[0])
