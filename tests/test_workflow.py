@@ -324,7 +324,7 @@ def test_a_study_of_two_regimes_reports_each_and_their_verdicts_side_by_side(tmp
     verdicts = pd.read_csv(final / "tables/verdicts.csv")
     assert {"tiny-box", "tiny-slow", "same_in_every_regime"} <= set(verdicts.columns)
     assert list(verdicts.finding.astype(str)) == ["1a", "1b", "2", "3", "4", "5", "6", "7", "8", "9",
-                                                  "10", "11", "12"]
+                                                  "10", "11", "12", "13"]
     # the comparison of machines reads the whole tables, each row naming its regime
     assert set(pd.read_csv(final / "tables/summary.csv").profile) == {"tiny-box", "tiny-slow"}
     assert (final / "plots/attribution.png").stat().st_size > 1000

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.analysis import run_table
-from harness.analysis.findings import Figure, Outcome
+from harness.analysis.outcome import Figure, Outcome
 
 # the study broke down the time of its surviving design, at its best configuration
 STUDY_DESIGN = "pread+madvise"

@@ -17,6 +17,7 @@ from harness.analysis import configurations, stats, traces
 from harness.analysis.stats import FAILS, HOLDS, INCONCLUSIVE, NOT_RUN
 from harness.contract import Status
 from harness.analysis.stats import Verdict
+from harness.analysis.outcome import Figure, Outcome
 
 STUDY_ROUTING = {"experts_for_80pct_median": 25.0, "distinct_per_layer_64_tokens": "44-59",
                  "shared_distance_1": 0.357, "shared_distance_8": 0.208}
@@ -32,18 +33,6 @@ CACHE_OVER_PAGING, CACHE_OVER_BEST = 1.5, 1.2
 # finding 12's baseline: libgomp's own wait policy, which every run had before it was a parameter
 LIBGOMP_WAIT = "libgomp"
 MIN_BUDGETS = 4  # a trend against the LRU budget needs four budgets
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A figure an analysis unit shows: `plot` names the function of harness.report.plots that
-    draws `data` (the report draws it; judging needs no matplotlib), `detail` adds to its
-    caption."""
-
-    name: str
-    plot: str
-    data: object
-    detail: str = ""
 
 
 def _rng(s: pd.Series) -> str:
@@ -198,17 +187,6 @@ class Study:
         if self.q4 not in self.layouts or self.q2 not in self.layouts:
             return float("nan")
         return self.layouts[self.q4]["bytes_per_token"] / self.layouts[self.q2]["bytes_per_token"]
-
-
-@dataclass
-class Outcome:
-    """What an analysis unit shows: its verdict (None for a unit that only measures), its
-    tables, notes, and its figures (drawn only when rendered)."""
-
-    verdict: Verdict | None
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    figures: list[Figure] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

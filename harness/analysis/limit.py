@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.analysis import floors, traces
-from harness.analysis.findings import Outcome
+from harness.analysis.outcome import Outcome
 from harness.analysis.stats import FAILS, HOLDS, INCONCLUSIVE, Verdict
 from harness.contract import Status
 from harness.util import sig

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.analysis.findings import Figure, Outcome
+from harness.analysis.outcome import Figure, Outcome
 
 POLICIES = ("lru", "lfu", "lfu-aged", "arc", "belady")
 LFU_HALF_LIFE_TOKENS = 16  # aged LFU: a request's weight halves every 16 decodes

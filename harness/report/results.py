@@ -22,7 +22,7 @@ import pandas as pd
 from harness import parameters
 from harness.analysis import (breakdown, configurations, findings, latency, limit, policies, run_table,
                               stats, tables)
-from harness.analysis.findings import Figure, Outcome
+from harness.analysis.outcome import Figure, Outcome
 from harness.record import read_run
 from harness.util import sig
 from harness.report import captions, plots
