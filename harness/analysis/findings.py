@@ -615,7 +615,7 @@ def _bytes_against_replay(runs: pd.DataFrame, layouts: dict) -> pd.DataFrame:
     for _, r in runs.iterrows():
         lay = layouts.get(r.model, {})
         if not lay.get("slab_bytes_per_layer") or not isinstance(r.get("record"), str) \
-                or not r.get("cache_capacity_bytes") == r.get("cache_capacity_bytes"):
+                or pd.isna(r.get("cache_capacity_bytes")):
             continue
         replayed = policies.replay_of_run(r, lay, r.cache_policy, r.cache_capacity_bytes)
         rows.append({"run_id": r.run_id, "repeat": int(r["repeat"]),

@@ -205,12 +205,13 @@ def policy_study(runs: pd.DataFrame, layouts: dict, ram_budget: float | None) ->
             continue
         slab = {int(k): v for k, v in lay["slab_bytes_per_layer"].items()}
         capacity = ram_budget - lay["non_expert_bytes"]
-        t = policy_table(traces.read_trace(run), int(run.prompt_tokens),
-                         int(run.get("warmup_tokens", 1)), int(run.tokens_completed), slab, capacity)
+        warmup = int(run["warmup_tokens"])  # the run's own window, as its rate's
+        t = policy_table(traces.read_trace(run), int(run.prompt_tokens), warmup,
+                         int(run.tokens_completed), slab, capacity)
         tables.append(t.assign(model=model, trace=run.run_id))
         notes.append(f"`{model}`: replayed on `{run.run_id}` repeat {int(run['repeat'])}'s routing "
                      f"({int(run.tokens_completed)} generated tokens, window after "
-                     f"{int(run.get('warmup_tokens', 1))}), capacity {capacity / 1e6:.0f} MB.")
+                     f"{warmup}), capacity {capacity / 1e6:.0f} MB.")
     if not tables:
         return Outcome(None, notes=["No run logged its routing: nothing to replay."])
     table = pd.concat(tables, ignore_index=True)
