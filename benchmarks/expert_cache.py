@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from harness.analysis import policies, run_table
+from harness.analysis import policies, window
 from harness.analysis.attribution import run_attribution
 from harness.record import read_run
 
@@ -36,7 +36,7 @@ def row(rec_path: Path, slab: dict) -> dict:
     tok = pd.read_csv(rec_path.parent / "tokens.csv")
     gen = tok[tok.phase == "gen"].reset_index(drop=True)
     win, later = gen.iloc[WARMUP:WARMUP + WINDOW], gen.iloc[WARMUP + WINDOW:]
-    rate = run_table.steady_rate(gen.iloc[:WARMUP + WINDOW], WARMUP)  # as runs.csv figures it
+    rate = window.steady_rate(gen.iloc[:WARMUP + WINDOW], WARMUP)  # as runs.csv figures it
     parts = run_attribution(gen.iloc[:WARMUP + WINDOW], WARMUP)
     out = {"run_id": rec.run_id, "repeat": rec.spec.repeat, "status": rec.status,
            "window_tok_s": rate,

@@ -41,7 +41,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from harness.parameters import BY_NAME
-from harness.analysis import run_table
+from harness.analysis import window
 from harness.box import pagecache
 from harness.stages.ceilings import llama_bench
 from harness.box.identity import machine_info
@@ -66,7 +66,7 @@ def rates(gen: pd.DataFrame) -> dict:
     """Steady tok/s (the first generated token left out) in the decode's clock and end to end,
     and the per-token times behind them (ms, medians)."""
     steady = gen.iloc[1:]
-    return {"reported": run_table.steady_rate(gen, BY_NAME["warmup_tokens"].default),
+    return {"reported": window.steady_rate(gen, BY_NAME["warmup_tokens"].default),
             "end_to_end": len(steady) / float(steady.wall_s.sum() + steady.harness_s.sum()),
             "decode_ms": 1000 * float(steady.wall_s.median()),
             "hook_ms": 1000 * float(steady.hook_s.median()),

@@ -32,7 +32,7 @@ from fullsize import ROOT, arguments, inputs, worker_run
 import pandas as pd
 
 from harness.parameters import BY_NAME
-from harness.analysis import run_table
+from harness.analysis import window
 from harness.box import pagecache
 from harness.stages.ceilings import llama_bench
 from harness.config import adhoc_spec, cpu_quota_of, study_profiles
@@ -68,7 +68,7 @@ def harness_tok_s(gen: pd.DataFrame) -> tuple[float, float]:
     """Steady tok/s of the generated tokens, as the pipeline reports a run (after the warm-up
     these runs take, the registry's: llama-bench runs a warm-up first), and the hook time the
     run recorded per token (ms)."""
-    return (run_table.steady_rate(gen, BY_NAME["warmup_tokens"].default),
+    return (window.steady_rate(gen, BY_NAME["warmup_tokens"].default),
             1000 * float(gen.hook_s.median()))
 
 

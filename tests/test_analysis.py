@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from harness.analysis import configurations, floors, run_table, traces
+from harness.analysis import configurations, flags, floors, traces, window
 
 
 def trace(rows):
@@ -146,9 +146,9 @@ def test_disturbed_repeats_are_those_something_else_read_the_disk_during():
     runs = pd.DataFrame({"foreign_read_bytes": [0.0, 40e6, 300e6, 300e6, float("nan")],
                          "cgroup_read_bytes_per_token": [1e8, 1e8, 1e8, 1e12, 1e8],
                          "tokens_completed": [16] * 5})
-    assert list(run_table.disturbed(runs)) == [False, False, True, False, False]
-    assert run_table.foreign_read(500, 200) == 300
-    assert pd.isna(run_table.foreign_read(500, -1)) and pd.isna(run_table.foreign_read(None, 200))
+    assert list(flags.disturbed(runs)) == [False, False, True, False, False]
+    assert flags.foreign_read(500, 200) == 300
+    assert pd.isna(flags.foreign_read(500, -1)) and pd.isna(flags.foreign_read(None, 200))
 
 
 def test_a_run_is_flagged_for_steal_or_a_stall_and_says_why():
@@ -156,14 +156,14 @@ def test_a_run_is_flagged_for_steal_or_a_stall_and_says_why():
                          "cgroup_read_bytes_per_token": [1e6] * 4, "tokens_completed": [6] * 4,
                          "cpu_steal_s": [1.0, 30.0, 0.0, 0.0], "run_wall_s": [100.0] * 4,
                          "mean_median_gap": [0.02, 0.0, 0.4, 0.09]})
-    assert list(run_table.disturbed(runs)) == [False, True, True, False]
-    assert list(run_table.flag_reason(runs)) == ["", "CPU steal", "mean and median token disagree",
+    assert list(flags.disturbed(runs)) == [False, True, True, False]
+    assert list(flags.flag_reason(runs)) == ["", "CPU steal", "mean and median token disagree",
                                                 ""]
 
 
 def test_mean_median_gap_of_the_steady_tokens():
     gen = pd.DataFrame({"wall_s": [9.0, 1.0, 1.0, 1.0, 1.6]})  # the first token is left out
-    assert run_table.mean_median_gap(gen, 1) == pytest.approx(0.15)
+    assert window.mean_median_gap(gen, 1) == pytest.approx(0.15)
 
 
 def test_every_table_naming_a_run_measured_without_limits_marks_it(tmp_path):

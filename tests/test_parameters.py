@@ -1,5 +1,5 @@
 """Every place that names a run parameter or a runs.csv column is derived from its one
-declaration (harness.parameters, harness.record.RUN_COLUMNS), and the generated files are current."""
+declaration (harness.parameters, harness.analysis.run_table.RUN_COLUMNS), and the generated files are current."""
 
 import argparse
 import inspect
@@ -11,7 +11,7 @@ import yaml
 
 from harness import docs, parameters, record
 from harness.__main__ import add_run_parameters
-from harness.analysis import floors, run_table
+from harness.analysis import flags, floors, run_table
 from harness.config import ConfigError, adhoc_spec, validate_config
 from harness.contract import WorkerParams
 from harness.run import supervise
@@ -152,14 +152,32 @@ def test_the_command_line_has_each_declared_flag_with_its_default():
             ap.parse_args(bad)
 
 
-def test_run_row_writes_exactly_the_declared_columns_with_every_parameter():
-    rows = [run_table.run_row(p) for p in sorted(REFERENCE_RUNS.glob("*@seed-box/rep1/run.json"))[:3]]
-    assert rows and all(list(r) == record.RUN_FIELDS[:-3] for r in rows)
+def test_the_runs_table_has_every_declared_column_and_every_parameter():
     table = run_table.runs_table(sorted(REFERENCE_RUNS.glob("lookahead@*/rep1/run.json")))
-    assert list(table.columns) == record.RUN_FIELDS
+    assert list(table.columns) == run_table.RUN_FIELDS
     assert set(parameters.RUN_KEYS) <= set(table.columns)
     assert (table.lookahead_base == "madvise").all() and (table.lookahead_experts == 12).all()
-    assert len(set(record.RUN_FIELDS)) == len(record.RUN_FIELDS)
+    assert len(set(run_table.RUN_FIELDS)) == len(run_table.RUN_FIELDS)
+
+
+def test_run_rows_reproduce_the_reference_runs_table():
+    """Every column's value, recomputed from the committed reference's records, is the value
+    its runs.csv holds (the columns both have; the run's record path aside)."""
+    runs = ROOT / "reference/vm-2026-12-06/results/runs"
+    committed = pd.read_csv(runs.parent / "final/runs.csv")
+    paths = sorted(runs.glob("*/rep1/run.json"))[::5]
+    assert len(paths) >= 3
+    for path in paths:
+        row = run_table.run_row(path)
+        want = committed[(committed.run_id == row["run_id"]) & (committed.repeat == 1)
+                         & ~committed.rerun.astype(bool)].iloc[0]
+        for col in set(row) & set(committed.columns) - {"record"}:
+            got, exp = row[col], want[col]
+            if isinstance(got, (int, float)) and not isinstance(got, bool) and pd.notna(exp):
+                assert got == pytest.approx(float(exp), rel=1e-6, abs=1e-12), (path, col)
+            else:
+                assert pd.isna(exp) if got is None or got != got else str(got) == str(exp), \
+                    (path, col, got, exp)
 
 
 def test_a_lookahead_is_costed_by_the_read_path_of_its_base():
@@ -176,4 +194,4 @@ def test_cpu_steal_is_a_share_of_the_machines_cpus():
     runs = pd.DataFrame({"cpu_steal_s": [3.0, 3.0], "run_wall_s": [10.0, 10.0],
                          "machine_cpus": [2, 8]})
     # 3 s of 20 CPU-seconds is over the bound; of 80 it is not
-    assert list(run_table.flag_reason(runs)) == ["CPU steal", ""]
+    assert list(flags.flag_reason(runs)) == ["CPU steal", ""]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import record
+from harness import docs, record
+from harness.analysis import run_table
 from harness.record import Moment, ModelRef, RecordError, RunRecord, Spec, WorkerSummary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,13 +95,13 @@ def test_a_newer_format_or_an_unknown_field_is_refused_naming_it(tmp_path):
 
 def test_the_reference_page_documents_every_field_with_its_unit():
     page = (ROOT / "docs/run-record.md").read_text()
-    assert page == record.reference_page(), "docs/run-record.md is stale: python -m harness.docs"
+    assert page == docs.run_record_page(), "docs/run-record.md is stale: python -m harness.docs"
     # the page is made from the declarations: what can go wrong is a field declared without its
     # sentence
     for cls in (RunRecord, Spec, WorkerSummary, Moment, ModelRef):
         for fld in dataclasses.fields(cls):
             assert fld.metadata.get("doc"), (cls.__name__, fld.name)
-    assert all(c.doc for c in record.TOKEN_COLUMNS) and all(c.doc for c in record.RUN_COLUMNS)
+    assert all(c.doc for c in record.TOKEN_COLUMNS) and all(c.doc for c in run_table.RUN_COLUMNS)
 
 
 def test_the_worker_writes_the_declared_token_columns():

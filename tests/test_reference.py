@@ -35,7 +35,7 @@ def test_every_cited_record_is_committed(ref):
 def method_phrases() -> list[str]:
     """Numbers the READMEs may state without a source: the method's own constants, each
     written from the code that holds it (so a changed constant fails here too)."""
-    from harness.analysis import run_table, stats, steady
+    from harness.analysis import flags, stats, steady
     from harness.analysis import attribution
     from harness.box import counters
     from harness.box.limits import CPU_PERIOD_US
@@ -43,7 +43,7 @@ def method_phrases() -> list[str]:
     return [f"{CPU_PERIOD_US / 1000:.0f} ms period", f"{stats.LEVEL:.0%} confidence", f"{stats.MIN_EFFECT:.0%} minimum effect",
             f"{stats.POWER:.0%} power", f"within {counters.IDENTITY_TOLERANCE:.0%}",
             f"at least {attribution.BOUND_SHARE:.0%}",
-            f"more than {run_table.STEAL_BOUND:.0%}", f"by more than {run_table.MEAN_MEDIAN_GAP:.0%}",
+            f"more than {flags.STEAL_BOUND:.0%}", f"by more than {flags.MEAN_MEDIAN_GAP:.0%}",
             f"beyond {steady.DRIFT_BOUND:.0%}"]
 
 

@@ -72,10 +72,10 @@ def test_the_drift_divides_out_the_bytes_a_token_reads():
 def test_a_run_whose_window_drifts_is_flagged_and_a_steady_one_is_not():
     import pandas as pd
 
-    from harness.analysis import run_table
+    from harness.analysis import flags
 
     runs = pd.DataFrame({"window_steady": [True, False, "False", "True"]})  # as read from a CSV
-    reasons = list(run_table.flag_reason(runs))
+    reasons = list(flags.flag_reason(runs))
     assert reasons[0] == "" and reasons[3] == ""
     assert all("window not steady" in r for r in (reasons[1], reasons[2]))
 
@@ -83,24 +83,24 @@ def test_a_run_whose_window_drifts_is_flagged_and_a_steady_one_is_not():
 def test_the_window_columns_of_a_run_come_from_its_own_warmup():
     import pandas as pd
 
-    from harness.analysis import run_table
+    from harness.analysis import window
 
     gen = pd.DataFrame({"wall_s": [9.0, 2.0, 2.0] + [1.0] * 8,
                         "cgroup_read_bytes": [0, 5, 5] + [3] * 8})
-    assert run_table.steady_rate(gen, 3) == 1.0 and run_table.steady_rate(gen, 1) == 10 / 12.0
-    cols = run_table.window_columns(gen, 3)
-    assert cols["warmup_tok_per_s"] == 2 / 4.0  # tokens 2 and 3: the first is left out
-    assert cols["window_steady"] and abs(cols["window_drift"]) < 1e-9
-    assert run_table.window_read(gen, 3) == 3.0
+    assert window.steady_rate(gen, 3) == 1.0 and window.steady_rate(gen, 1) == 10 / 12.0
+    assert window.warmup_rate(gen, 3) == 2 / 4.0  # tokens 2 and 3: the first is left out
+    d = window.window_drift(gen, 3)
+    assert d.steady and abs(d.change) < 1e-9
+    assert window.window_read(gen, 3) == 3.0
 
 
 def test_the_hooks_time_per_token_is_the_windows_not_the_warmups():
     import pandas as pd
 
-    from harness.analysis import run_table
+    from harness.analysis import window
 
     # the warm-up's hook checks residency (0.5 s a token here), the window's does not
     gen = pd.DataFrame({"wall_s": [3.0, 2.0, 2.0, 2.0, 2.0], "hook_s": [0.5, 0.5, 0.001, 0.001, 0.001]})
-    assert run_table.window_mean(gen, "hook_s", 2) == 0.001
-    assert run_table.window_mean(gen, "hook_s", 1) > 0.1
-    assert run_table.window_mean(gen, "no_such_column", 2) != run_table.window_mean(gen, "no_such_column", 2)
+    assert window.window_mean(gen, "hook_s", 2) == 0.001
+    assert window.window_mean(gen, "hook_s", 1) > 0.1
+    assert window.window_mean(gen, "no_such_column", 2) != window.window_mean(gen, "no_such_column", 2)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.analysis import run_table
+from harness.contract import Status
 from harness.analysis.outcome import Figure, Outcome
 
 # the study broke down the time of its surviving design, at its best configuration
@@ -22,7 +22,7 @@ def time_breakdown(runs: pd.DataFrame, summ: pd.DataFrame) -> Outcome:
     cands = design[design.run_id.isin(runs.run_id)].sort_values("median", ascending=False)
     if cands.empty:
         return Outcome(None, notes=[f"No {STUDY_DESIGN} runs to break down."])
-    bd = run_table.time_breakdown(runs, cands.iloc[0].run_id)
+    bd = run_breakdown(runs, cands.iloc[0].run_id)
     tables = {"time_breakdown": pd.DataFrame([bd])}
     logoff = design[~design.log_experts.astype(bool)]
     logon = design[design.log_experts.astype(bool) & design.mlock_non_expert.astype(bool)]
@@ -34,3 +34,19 @@ def time_breakdown(runs: pd.DataFrame, summ: pd.DataFrame) -> Outcome:
              "tok_per_s_median": logoff.iloc[0]["median"]}])
     return Outcome(None, tables,
                    figures=[Figure("time_breakdown", "time_breakdown", bd, f"Run `{bd['run_id']}`.")])
+
+
+def run_breakdown(runs: pd.DataFrame, run_id: str) -> dict:
+    """One configuration's median time per token split into pread, madvise, the mechanism's
+    other work and compute (what is left), with each part's share."""
+    ok = runs[(runs.run_id == run_id) & (runs.status == Status.OK.value)]
+    wall = ok.wall_s_per_token.median()
+    pread = ok.pread_s_per_token.median()
+    madv = ok.madvise_s_per_token.median()
+    other = ok.other_prefetch_s_per_token.median()
+    compute = max(0.0, wall - pread - madv - other)
+    return {"run_id": run_id, "wall_s": wall, "pread_s": pread, "madvise_s": madv,
+            "other_prefetch_s": other, "compute_s": compute,
+            "pread_share": pread / wall if wall else float("nan"),
+            "compute_share": compute / wall if wall else float("nan"),
+            "madvise_other_share": (madv + other) / wall if wall else float("nan")}

@@ -1,184 +1,288 @@
-"""The runs table: one row per run record (runs.csv), with the measured window's figures, the
-box's counters and the flags that keep a disturbed repeat out of the verdicts."""
+"""The runs table (runs.csv): one row per run record. Each column is declared once, below, with
+its unit, what it means, where it comes from and how its value is computed from the run; the row,
+the table's column order and docs/run-record.md's runs.csv section all come from RUN_COLUMNS.
+A new column is one `Column(...)` line here (and `python -m harness.docs`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
-from harness.analysis import attribution
-from harness.contract import Status
 from harness import parameters, profile_keys
-from harness.record import RUN_FIELDS, RunRecord, measured_window, read_run
+from harness.analysis import attribution, flags, window
 from harness.analysis.configurations import configuration_ids
+from harness.record import RunRecord, read_run
+
+NAN = float("nan")
 
 
-def run_row(record_path: Path) -> dict:
-    """runs.csv's row of one run record: exactly the columns harness.record.RUN_COLUMNS declares
-    but the last three (runs_table adds them), in that order."""
-    rec = read_run(record_path)
-    spec = rec.spec
-    tok = pd.read_csv(Path(record_path).parent / "tokens.csv")
-    gen = tok[tok.phase == "gen"]
-    n = len(gen)
-    decode_s = float(gen.wall_s.sum()) if n else float("nan")
+class Run:
+    """One run record with its tokens.csv (and mechanism.csv), read once: what every column's
+    value is computed from."""
 
-    def per(col):
-        return float(gen[col].sum()) / n if n else float("nan")
+    def __init__(self, record_path):
+        self.path = Path(record_path)
+        self.rec: RunRecord = read_run(self.path)
+        self.spec = self.rec.spec
+        self.warmup = self.spec.warmup_tokens
+        self.tok = pd.read_csv(self.path.parent / "tokens.csv")
+        self.gen = self.tok[self.tok.phase == "gen"]
 
-    row = {
-        "run_id": rec.run_id, "repeat": spec.repeat, "entry": spec.entry,
-        # a disturbed repeat measured once more at the end of the study (rule harness_rerun)
-        "rerun": spec.rerun, "profile": spec.profile,
-        "quant": rec.model.quant, "synthetic": rec.model.synthetic,
-        # every run parameter, as the record holds it (`auto` resolved)
-        **{p.name: getattr(spec, p.name) for p in parameters.PARAMETERS},
-        "status": rec.status, "tokens_completed": rec.tokens_completed,
-        "tok_per_s": n / decode_s if n and decode_s > 0 else float("nan"),
-        # the run's figure: its measured window, after the warm-up (the first token among it)
-        "steady_tok_per_s": steady_rate(gen, spec.warmup_tokens),
-        "mean_median_gap": mean_median_gap(gen, spec.warmup_tokens), "run_wall_s": rec.wall_s,
-        "prompt_tok_per_s": prompt_rate(tok),
-        "majflt_per_token": per("majflt"),
-        "bytes_prefetched_per_token": per("bytes_prefetched"),
-        "bytes_routed_per_token": per("bytes_routed"),
-        "disk_read_bytes_per_token": per("disk_read_bytes"),
-        "pread_s_per_token": per("pread_s"), "madvise_s_per_token": per("madvise_s"),
-        "other_prefetch_s_per_token": per("other_prefetch_s"), "wall_s_per_token": per("wall_s"),
-        "peak_rss_bytes": int(tok.rss_bytes.max()) if len(tok) else None,
-        "peak_cgroup_bytes": rec.peak_cgroup_bytes,
-        "byte_accounting_ok": rec.summary.byte_accounting_ok,
-        "residency_at_start": rec.residency_at_start,
-        "machine_cpus": rec.machine_cpus,
-        **box_columns(rec, gen, per),
-        # from the first decode on (the prompt's and every generated token's reads), per
-        # generated token: what the floor of the distance-to-the-limit table bounds
-        "decode_read_bytes_per_token": (float(tok.cgroup_read_bytes.sum()) / n
-                                        if "cgroup_read_bytes" in tok and n
-                                        and (tok.cgroup_read_bytes >= 0).all() else float("nan")),
-        # the measured window's reads per window token: what the window's floor bounds
-        "window_read_bytes_per_token": window_read(gen, spec.warmup_tokens),
-        "prompt_tokens": int(tok[tok.phase == "prompt"].n_tokens.sum()),
-        "harness_s_per_token": per("harness_s") if "harness_s" in gen else float("nan"),
-        **attribution.run_attribution(gen, spec.warmup_tokens),
-        **window_columns(gen, spec.warmup_tokens),
-        **prediction_columns(Path(record_path).parent / "mechanism.csv"),
-        "start_utc": rec.start_utc, "end_utc": rec.end_utc,
-        "record": str(record_path),
-    }
-    declared = RUN_FIELDS[:-3]
-    if set(row) != set(declared):
-        raise ValueError(f"run_row: columns not declared in harness.record.RUN_COLUMNS: "
-                         f"{sorted(set(row) - set(declared))}; declared but not written: "
-                         f"{sorted(set(declared) - set(row))}")
-    return {k: row[k] for k in declared}
+    def per(self, col: str) -> float:
+        """Per generated token, the first included (nan: not recorded)."""
+        return window.per_token(self.gen, col)
+
+    def moment(self, name: str):
+        return self.rec.summary.moment(name)
+
+    @cached_property
+    def drift(self):
+        return window.window_drift(self.gen, self.warmup)
+
+    @cached_property
+    def attribution(self) -> dict:
+        return attribution.run_attribution(self.gen, self.warmup)
+
+    @cached_property
+    def missing(self) -> tuple[float, float]:
+        return window.missing(self.gen)
+
+    @cached_property
+    def lookahead(self) -> dict:
+        return lookahead_quality(self.path.parent / "mechanism.csv")
 
 
-def window_mean(gen: pd.DataFrame, col: str, warmup: int) -> float:
-    """A tokens.csv column's mean over the measured window (nan where it is not recorded)."""
-    w = measured_window(gen, warmup)
-    return float(w[col].mean()) if col in w and len(w) else float("nan")
+@dataclass(frozen=True)
+class Column:
+    name: str
+    unit: str
+    doc: str
+    source: str  # where the value comes from: run.json, tokens.csv, mechanism.csv, or analysis
+    value: Callable[[Run], object] | None = None  # None: runs_table adds it from the whole table
 
 
-def steady_rate(gen: pd.DataFrame, warmup: int) -> float:
-    """Generated tokens per second over the measured window: without the warm-up tokens, the
-    first of which carries start-up work whose size depends on the mechanism (1.35x the steady
-    mean in the second reference run), and during which caches fill (docs/benchmarks.md)."""
-    steady = gen.iloc[warmup:]
-    total = float(steady.wall_s.sum())
-    return len(steady) / total if len(steady) and total > 0 else float("nan")
+# per steady token: the measured window's tokens (after the run's warmup_tokens)
+_STEADY = "tokens.csv, measured window"
+# per generated token: every generated token, the first included
+_GEN = "tokens.csv, generated tokens"
 
 
-def window_read(gen: pd.DataFrame, warmup: int) -> float:
-    """The run cgroup's disk reads per token of the measured window (nan where not counted)."""
-    w = gen.iloc[warmup:]
-    if "cgroup_read_bytes" not in w or w.empty or (w.cgroup_read_bytes < 0).any():
-        return float("nan")
-    return float(w.cgroup_read_bytes.sum()) / len(w)
+def _per(col: str) -> Callable[[Run], float]:
+    return lambda r: r.per(col)
 
 
-def window_columns(gen: pd.DataFrame, warmup: int) -> dict:
-    """The warm-up's rate (the generated tokens before the window, the first left out) and the
-    window's drift (harness.analysis.steady.drift): whether the run's figure was steady."""
-    from harness.analysis import steady
-
-    w = gen.wall_s.iloc[1:warmup]
-    win = measured_window(gen, warmup)
-    d = steady.drift(win.wall_s.to_numpy(float),
-                     read_bytes=win.cgroup_read_bytes if "cgroup_read_bytes" in win else None)
-    return {"warmup_tok_per_s": len(w) / float(w.sum()) if len(w) and w.sum() > 0 else float("nan"),
-            "window_drift": d.change, "window_drift_low": d.low, "window_drift_high": d.high,
-            "window_steady": d.steady}
+def _counted(col: str) -> Callable[[Run], float]:
+    return lambda r: window.counted_per_token(r.gen, col)
 
 
-def mean_median_gap(gen: pd.DataFrame, warmup: int) -> float:
-    """|mean / median - 1| of the window's tokens' times: large when a few tokens stalled."""
-    steady = gen.wall_s.iloc[warmup:]
-    med = float(steady.median()) if len(steady) else float("nan")
-    return abs(float(steady.mean()) / med - 1) if med and med == med else float("nan")
+def _load_read_bytes(r: Run):
+    before, after = r.moment("before_load"), r.moment("after_load")
+    return after.cgroup_read_bytes - before.cgroup_read_bytes if before and after else None
 
 
-def prompt_rate(tok: pd.DataFrame) -> float:
-    """Prompt processing in tokens per second (the prompt's one batched decode)."""
-    p = tok[tok.phase == "prompt"]
-    return float(p.n_tokens.sum() / p.wall_s.sum()) if len(p) and p.wall_s.sum() > 0 else float("nan")
+def _read_amplification(r: Run) -> float:
+    cg, routed = window.counted_per_token(r.gen, "cgroup_read_bytes"), r.per("bytes_routed")
+    return cg / routed if cg == cg and routed > 0 else NAN
 
 
-DISTURBED_READ_BYTES = 50e6  # foreign reads above this, and above 1% of the run's own: disturbed
+def _decode_start_residency(r: Run):
+    m = r.moment("before_first_decode")
+    return m.residency if m else None
 
 
-def foreign_read(device_read_bytes, cgroup_read_bytes) -> float:
-    """Bytes the whole disk read during the run beyond what the run's cgroup read (nan unknown)."""
-    dev, own = device_read_bytes, cgroup_read_bytes
-    return float(dev - own) if dev is not None and own is not None and own >= 0 else float("nan")
+def _decode_read(r: Run) -> float:
+    tok, n = r.tok, len(r.gen)
+    ok = "cgroup_read_bytes" in tok and n and (tok.cgroup_read_bytes >= 0).all()
+    return float(tok.cgroup_read_bytes.sum()) / n if ok else NAN
 
 
-MEAN_MEDIAN_GAP = 0.10  # a run whose mean and median steady token differ by more is flagged
+def _damon_applied(r: Run):
+    d = r.rec.damon_applied
+    return sum(v.get("sz_applied", 0) for v in d.values()) if d else None
 
 
-STEAL_BOUND = 0.05  # CPU steal over this share of the machine's CPU time (CPUs x wall) flags it
+_PARTS = (("user", "user CPU"), ("kernel", "kernel CPU"), ("throttled", "throttled by the quota"),
+          ("runqueue", "runnable, waiting for a CPU"), ("io_wait", "stalled on block I/O"),
+          ("hook", "the routing hook"), ("sync", "asleep at a barrier while other threads ran"),
+          ("unexplained", "what no part explains"), ("disk_busy", "the device busy"))
 
 
-def disturbed(runs: pd.DataFrame) -> pd.Series:
-    """Repeats the machine disturbed, by recorded counters (not guessed): something else read the
-    run's disk, the host stole more than STEAL_BOUND of its CPUs, or its mean and median steady
-    token disagree by more than MEAN_MEDIAN_GAP (a stall inside the run). They are left out of
-    the verdicts, never out of the tables; `flag_reason` in runs.csv says which."""
-    return flag_reason(runs) != ""
+def _attributed(name: str, unit: str, doc: str) -> Column:
+    return Column(name, unit, doc, _STEADY, lambda r: r.attribution[name])
 
 
-def flag_reason(runs: pd.DataFrame) -> pd.Series:
-    out = pd.Series("", index=runs.index)
-
-    def add(mask, why):
-        nonlocal out
-        mask = mask.fillna(False).astype(bool)
-        out = out.where(~mask, out.where(out == "", out + "; ") + why)
-
-    if "foreign_read_bytes" in runs:
-        own = runs.get("cgroup_read_bytes_per_token", 0) * runs.get("tokens_completed", 0)
-        f = runs.foreign_read_bytes
-        add((f > DISTURBED_READ_BYTES) & (f > 0.01 * own.fillna(0)), "foreign disk reads")
-    if "cpu_steal_s" in runs and "run_wall_s" in runs:
-        # steal is counted over every CPU of the machine; a table from before machine_cpus was a
-        # column was measured on 2
-        cpus = runs["machine_cpus"].fillna(2) if "machine_cpus" in runs else 2
-        add(runs.cpu_steal_s / (cpus * runs.run_wall_s) > STEAL_BOUND, "CPU steal")
-    if "mean_median_gap" in runs:
-        add(runs.mean_median_gap > MEAN_MEDIAN_GAP, "mean and median token disagree")
-    if "window_steady" in runs:
-        steady_ = runs.window_steady.map(lambda v: v if isinstance(v, bool) else
-                                         str(v).lower() != "false")
-        add(~steady_, "window not steady (its per-token time drifts)")
-    return out
+def _lookahead(name: str, unit: str, doc: str) -> Column:
+    return Column(name, unit, doc, "mechanism.csv", lambda r: r.lookahead[name])
 
 
-def prediction_columns(path: Path) -> dict:
+RUN_COLUMNS: tuple[Column, ...] = (
+    Column("run_id", "", "the configuration's id", "run.json", lambda r: r.rec.run_id),
+    Column("repeat", "count", "which repeat (1-based)", "run.json spec", lambda r: r.spec.repeat),
+    Column("entry", "", "the experiment entry it expands from", "run.json spec",
+           lambda r: r.spec.entry),
+    Column("rerun", "", "a disturbed repeat measured once more at the end of the study",
+           "run.json spec", lambda r: r.spec.rerun),
+    Column("profile", "", "the machine profile (regime) measured under", "run.json spec",
+           lambda r: r.spec.profile),
+    Column("quant", "", "the model's quantization type", "run.json model",
+           lambda r: r.rec.model.quant),
+    Column("synthetic", "", "the model has random weights with the original's shapes",
+           "run.json model", lambda r: r.rec.model.synthetic),
+    # every run parameter, as the record holds it (`auto` resolved)
+    *(Column(p.name, p.unit, p.doc, "run.json spec", lambda r, n=p.name: getattr(r.spec, n))
+      for p in parameters.PARAMETERS),
+    Column("status", "", "`ok`, `killed: memory`, `killed: time` or `failed`", "run.json",
+           lambda r: r.rec.status),
+    Column("tokens_completed", "tokens", "generated tokens decoded", "run.json",
+           lambda r: r.rec.tokens_completed),
+    Column("tok_per_s", "tok/s", "generated tokens over their decode time, the first included",
+           _GEN, lambda r: window.decode_rate(r.gen)),
+    Column("steady_tok_per_s", "tok/s", "the run's figure: the steady tokens over their decode "
+           "time", _STEADY, lambda r: window.steady_rate(r.gen, r.warmup)),
+    Column("mean_median_gap", "fraction", "|mean / median - 1| of the steady tokens' times",
+           _STEADY, lambda r: window.mean_median_gap(r.gen, r.warmup)),
+    Column("warmup_tok_per_s", "tok/s", "the warm-up's rate: the generated tokens before the "
+           "window, the first left out", "tokens.csv, warm-up tokens",
+           lambda r: window.warmup_rate(r.gen, r.warmup)),
+    Column("window_drift", "fraction", "the fitted change across the window of time per byte "
+           "read (per-token time where a token read nothing), over its mean "
+           "(harness.analysis.steady.drift)", _STEADY, lambda r: r.drift.change),
+    Column("window_drift_low", "fraction", "its 90% interval's low end", _STEADY,
+           lambda r: r.drift.low),
+    Column("window_drift_high", "fraction", "its high end", _STEADY, lambda r: r.drift.high),
+    Column("window_steady", "", "false: the drift's whole 90% interval is beyond +-15%; the "
+           "repeat is flagged like a disturbed one", _STEADY, lambda r: r.drift.steady),
+    Column("run_wall_s", "s", "the measured process's wall time, load included", "run.json",
+           lambda r: r.rec.wall_s),
+    Column("prompt_tok_per_s", "tok/s", "the prompt's batched decode", "tokens.csv, prompt",
+           lambda r: window.prompt_rate(r.tok)),
+    Column("majflt_per_token", "count", "major page faults", _GEN, _per("majflt")),
+    Column("bytes_prefetched_per_token", "bytes", "bytes the mechanism's syscalls returned", _GEN,
+           _per("bytes_prefetched")),
+    Column("bytes_routed_per_token", "bytes", "bytes of the routed experts' slabs", _GEN,
+           _per("bytes_routed")),
+    Column("disk_read_bytes_per_token", "bytes", "the process's read bytes (/proc/self/io)", _GEN,
+           _per("disk_read_bytes")),
+    Column("pread_s_per_token", "s", "time in the mechanism's pread calls", _GEN, _per("pread_s")),
+    Column("madvise_s_per_token", "s", "time in its madvise calls", _GEN, _per("madvise_s")),
+    Column("other_prefetch_s_per_token", "s", "time in its other work", _GEN,
+           _per("other_prefetch_s")),
+    Column("wall_s_per_token", "s", "decode wall time", _GEN, _per("wall_s")),
+    Column("peak_rss_bytes", "bytes", "the largest resident set size after a decode",
+           "tokens.csv", lambda r: int(r.tok.rss_bytes.max()) if len(r.tok) else None),
+    Column("peak_cgroup_bytes", "bytes", "the run cgroup's peak memory", "run.json",
+           lambda r: r.rec.peak_cgroup_bytes),
+    Column("byte_accounting_ok", "", "prefetched bytes equal routed bytes in every layer (empty: "
+           "the mechanism does not prefetch)", "run.json summary",
+           lambda r: r.rec.summary.byte_accounting_ok),
+    Column("residency_at_start", "fraction", "share of the model cached when the process "
+           "started", "run.json", lambda r: r.rec.residency_at_start),
+    Column("machine_cpus", "count", "the machine's CPUs (what CPU steal is a share of)",
+           "run.json machine", lambda r: r.rec.machine_cpus),
+    # every table and verdict that uses an unenforced run says so
+    Column("limits_enforced", "", "false: the profile's limits could not be applied and the run "
+           "went on without them (profile.allow_unenforced)", "run.json limits_in_force",
+           lambda r: r.rec.limits_enforced),
+    # each profile limit with a column (harness.profile_keys): the value in force, empty for none
+    *(Column(k.column, k.unit, f"the profile's `{k.name}` as the kernel held the run to it "
+             "(empty: none)", "run.json limits_in_force", lambda r, k=k: r.rec.limit(k.limit))
+      for k in profile_keys.LIMITS if k.column),
+    Column("fadvise", "", "the posix_fadvise advice llama.cpp gives the model file",
+           "run.json build", lambda r: ",".join(r.rec.file_advice) or None),
+    Column("cache_capacity_bytes", "bytes", "odirect-cache: the bytes its cache could hold",
+           "run.json summary", lambda r: r.rec.summary.cache_capacity_bytes),
+    Column("bytes_warm_start", "bytes", "odirect-cache: slabs copied in from the page cache "
+           "before the first token", "run.json summary", lambda r: r.rec.summary.bytes_warm_start),
+    Column("residency_decode_start", "fraction", "share of the model file in the page cache when "
+           "decoding began", "run.json summary",
+           _decode_start_residency),
+    Column("load_read_bytes", "bytes", "what the run's cgroup read during the model's load",
+           "run.json summary", _load_read_bytes),
+    Column("first_token_s", "s", "the first generated token's decode time", _GEN,
+           lambda r: float(r.gen.wall_s.iloc[0]) if len(r.gen) else NAN),
+    Column("cgroup_read_bytes_per_token", "bytes", "the run cgroup's disk reads", _GEN,
+           _counted("cgroup_read_bytes")),
+    Column("read_amplification", "x", "bytes the disk delivered per routed expert byte", _GEN,
+           _read_amplification),
+    Column("dirtied_bytes_per_token", "bytes", "bytes the process dirtied", _GEN,
+           _per("dirtied_bytes")),
+    # over the tokens residency was measured on (the warm-up: none runs in the window)
+    Column("bytes_missing_per_token", "bytes", "routed bytes not resident before each layer's "
+           "prefetch", _GEN, lambda r: r.missing[0]),
+    Column("kernel_read_vs_missing", "x", "the cgroup's reads over the missing routed bytes (1.0: "
+           "the kernel read nothing more)", _GEN, lambda r: r.missing[1]),
+    # over the measured window, like the figure they are a share of: the warm-up's hook also runs
+    # the residency checks, which no window token pays
+    Column("hook_s_per_token", "s", "the routing hook's own time per window token (the warm-up's "
+           "residency checks are not in it)", _STEADY,
+           lambda r: window.window_mean(r.gen, "hook_s", r.warmup)),
+    Column("mechanism_s_per_token", "s", "time in the mechanism's own calls per window token",
+           _STEADY, lambda r: window.window_mean(r.gen, "mechanism_s", r.warmup)),
+    Column("cgroup_write_bytes_per_token", "bytes", "the run cgroup's disk writes", _GEN,
+           _per("cgroup_write_bytes")),
+    Column("device_read_bytes", "bytes", "the device's reads during the run (other processes "
+           "included)", "run.json box", lambda r: r.rec.device_read_bytes),
+    Column("device_write_bytes", "bytes", "the device's writes during the run", "run.json box",
+           lambda r: r.rec.device_write_bytes),
+    Column("foreign_read_bytes", "bytes", "what the rest of the machine read from the same disk "
+           "during the run", "run.json box",
+           lambda r: flags.foreign_read(r.rec.device_read_bytes, r.rec.cgroup_read_bytes)),
+    Column("cpu_steal_s", "s", "CPU time the host stole during the run, over all CPUs",
+           "run.json box", lambda r: r.rec.cpu_steal_s),
+    Column("damon_pageout_bytes", "bytes", "what the host's DAMON paged out during the run",
+           "run.json box", lambda r: (r.rec.damon_applied.get("pageout") or {}).get("sz_applied")),
+    Column("damon_applied_bytes", "bytes", "what every DAMON scheme applied to during the run",
+           "run.json box", _damon_applied),
+    Column("decode_read_bytes_per_token", "bytes", "the cgroup's reads from the first decode on "
+           "(the prompt's included), per generated token", "tokens.csv", _decode_read),
+    Column("window_read_bytes_per_token", "bytes", "the run cgroup's disk reads per token of the "
+           "measured window: what the window's floor bounds", _STEADY,
+           lambda r: window.window_read(r.gen, r.warmup)),
+    Column("prompt_tokens", "tokens", "the prompt's tokens (the first generated token's position "
+           "in the routing trace)", "tokens.csv, prompt",
+           lambda r: int(r.tok[r.tok.phase == "prompt"].n_tokens.sum())),
+    Column("harness_s_per_token", "s", "the harness's own work between two decodes", _GEN,
+           _per("harness_s")),
+    *(_attributed(f"{part}_share", "fraction", f"{what}, as a share of the mean steady token")
+      for part, what in _PARTS),
+    _attributed("identity_ok_share", "fraction", "steady tokens whose parts explain their wall "
+                "time within 10%"),
+    _attributed("throttled_period_share", "fraction", "CFS periods the cgroup was throttled in"),
+    _attributed("cg_user_s_per_token", "CPU-s", "the run cgroup's user CPU over all threads"),
+    _attributed("cg_sys_s_per_token", "CPU-s", "its system CPU"),
+    _attributed("between_share", "fraction", "the harness's work between decodes, beside the "
+                "mean steady token"),
+    _attributed("regime", "", "`disk-bound`, `CPU-bound` or `mixed`, from the attribution"),
+    _lookahead("lookahead_precision", "fraction", "predicted experts that were routed"),
+    _lookahead("lookahead_recall", "fraction", "routed experts that were predicted"),
+    _lookahead("lookahead_wasted_bytes_per_token", "bytes", "bytes read ahead for experts not "
+               "routed"),
+    _lookahead("lookahead_resident_share", "fraction", "of the bytes read ahead, the share "
+               "already resident when their layer ran"),
+    Column("start_utc", "", "when the measured process started (ISO 8601)", "run.json",
+           lambda r: r.rec.start_utc),
+    Column("end_utc", "", "when it ended", "run.json", lambda r: r.rec.end_utc),
+    Column("record", "", "the run.json it comes from", "analysis", lambda r: str(r.path)),
+    Column("configuration", "", "the configuration the run measures: runs of the same resolved "
+           "spec are one, named by the first of their run ids "
+           "(harness.analysis.configurations.configuration_ids)", "analysis"),
+    Column("flag_reason", "", "why the machine disturbed this repeat (empty: it did not)",
+           "analysis (harness.analysis.flags.flag_reason)"),
+    Column("disturbed", "", "flagged: left out of the verdicts, never out of the tables",
+           "analysis"),
+)
+RUN_FIELDS = [c.name for c in RUN_COLUMNS]
+ROW_COLUMNS = tuple(c for c in RUN_COLUMNS if c.value is not None)
+
+
+def lookahead_quality(path: Path) -> dict:
     """A lookahead run's prediction quality over its generated tokens (mechanism.csv)."""
-    nan = float("nan")
-    cols = {"lookahead_precision": nan, "lookahead_recall": nan,
-            "lookahead_wasted_bytes_per_token": nan, "lookahead_resident_share": nan}
+    cols = {"lookahead_precision": NAN, "lookahead_recall": NAN,
+            "lookahead_wasted_bytes_per_token": NAN, "lookahead_resident_share": NAN}
     if not path.exists():
         return cols
     m = pd.read_csv(path)
@@ -189,72 +293,30 @@ def prediction_columns(path: Path) -> dict:
     return {"lookahead_precision": float(gen.hits.sum() / gen.n_predicted.sum()),
             "lookahead_recall": float(gen.hits.sum() / gen.n_routed.sum()),
             "lookahead_wasted_bytes_per_token": float(gen.wasted_bytes.sum() / n_tok),
-            # of the bytes read ahead, the share already resident when their layer ran
             "lookahead_resident_share": float(gen.predicted_resident_bytes.sum()
                                               / gen.predicted_bytes.sum())}
 
 
-def box_columns(rec: RunRecord, gen: pd.DataFrame, per) -> dict:
-    """The conditions the run was measured under and what the kernel did beside it."""
-    decode_start = rec.summary.moment("before_first_decode")
-    before_load, after_load = rec.summary.moment("before_load"), rec.summary.moment("after_load")
-    damon = rec.damon_applied
-    cg_read = per("cgroup_read_bytes") if "cgroup_read_bytes" in gen else float("nan")
-    routed = per("bytes_routed")
-    nan = float("nan")
-    return {
-        # False: the profile's limits could not be applied and the run went on without them
-        # (profile.allow_unenforced); every table and verdict that uses it says so
-        "limits_enforced": rec.limits_enforced,
-        **{k.column: rec.limit(k.limit) for k in profile_keys.LIMITS if k.column},
-        "fadvise": ",".join(rec.file_advice) or None,
-        # odirect-cache: what its warm start copied in from the page cache before the first token
-        "cache_capacity_bytes": rec.summary.cache_capacity_bytes,
-        "bytes_warm_start": rec.summary.bytes_warm_start,
-        "residency_decode_start": decode_start.residency if decode_start else None,
-        "load_read_bytes": (after_load.cgroup_read_bytes - before_load.cgroup_read_bytes
-                            if before_load and after_load else None),
-        "first_token_s": float(gen.wall_s.iloc[0]) if len(gen) else nan,
-        "cgroup_read_bytes_per_token": cg_read if cg_read >= 0 else nan,
-        # the bytes the disk really delivered for each byte of routed expert weights
-        "read_amplification": cg_read / routed if cg_read >= 0 and routed > 0 else nan,
-        "dirtied_bytes_per_token": per("dirtied_bytes") if "dirtied_bytes" in gen else nan,
-        # the check under the byte accounting: what the kernel read against what mincore said was
-        # missing from the routed slabs just before each layer's prefetch (1.0 = nothing more),
-        # over the tokens residency was measured on (the warm-up: none runs in the window)
-        **missing_columns(gen),
-        # over the measured window, like the figure they are a share of: the warm-up's hook also
-        # runs the residency checks, which no window token pays
-        "hook_s_per_token": window_mean(gen, "hook_s", rec.spec.warmup_tokens),
-        "mechanism_s_per_token": window_mean(gen, "mechanism_s", rec.spec.warmup_tokens),
-        "cgroup_write_bytes_per_token": (per("cgroup_write_bytes") if "cgroup_write_bytes" in gen
-                                         else nan),
-        "device_read_bytes": rec.device_read_bytes, "device_write_bytes": rec.device_write_bytes,
-        # what the rest of the machine read from the same disk while the run was measured
-        "foreign_read_bytes": foreign_read(rec.device_read_bytes, rec.cgroup_read_bytes),
-        "cpu_steal_s": rec.cpu_steal_s,
-        "damon_pageout_bytes": (damon.get("pageout") or {}).get("sz_applied"),
-        "damon_applied_bytes": sum(v.get("sz_applied", 0) for v in damon.values()) if damon else None,
-    }
+def run_row(record_path) -> dict:
+    """runs.csv's row of one run record: every column with a value, in RUN_COLUMNS' order."""
+    run = Run(record_path)
+    return {c.name: c.value(run) for c in ROW_COLUMNS}
 
 
-def missing_columns(gen: pd.DataFrame) -> dict:
-    """Routed bytes not resident before each layer's prefetch, per token, and what the cgroup
-    read over them, on the generated tokens whose residency was measured (bytes_missing >= 0)."""
-    nan = float("nan")
-    if "bytes_missing" not in gen:
-        return {"bytes_missing_per_token": nan, "kernel_read_vs_missing": nan}
-    m = gen[gen.bytes_missing >= 0]
-    missing = float(m.bytes_missing.mean()) if len(m) else nan
-    read = (float(m.cgroup_read_bytes.mean()) if len(m) and "cgroup_read_bytes" in m
-            and (m.cgroup_read_bytes >= 0).all() else nan)
-    return {"bytes_missing_per_token": missing,
-            "kernel_read_vs_missing": read / missing if missing > 0 and read == read else nan}
+def runs_table(record_paths: list) -> pd.DataFrame:
+    """One row per run record, with `configuration`, `flag_reason` and `disturbed` (left out of
+    the verdicts)."""
+    table = pd.DataFrame([run_row(Path(p)) for p in record_paths],
+                         columns=[c.name for c in ROW_COLUMNS])
+    table["configuration"] = configuration_ids(table)
+    table["flag_reason"] = flags.flag_reason(table)
+    table["disturbed"] = table.flag_reason != ""
+    return table[RUN_FIELDS]
 
 
 def disturbed_repeats(record_paths: list) -> list[dict]:
-    """The repeats the machine disturbed (flag_reason), first measurements only: a re-run is
-    never re-run."""
+    """The repeats the machine disturbed (flags.flag_reason), first measurements only: a re-run
+    is never re-run."""
     table = runs_table(record_paths)
     if table.empty:
         return []
@@ -263,24 +325,13 @@ def disturbed_repeats(record_paths: list) -> list[dict]:
             for r in bad.itertuples()]
 
 
-def runs_table(record_paths: list) -> pd.DataFrame:
-    """One row per run record, with `flag_reason` and `disturbed` (left out of the verdicts)."""
-    table = pd.DataFrame([run_row(Path(p)) for p in record_paths], columns=RUN_FIELDS[:-3])
-    table["configuration"] = configuration_ids(table)
-    table["flag_reason"] = flag_reason(table)
-    table["disturbed"] = table.flag_reason != ""
-    return table
-
-
-def time_breakdown(runs: pd.DataFrame, run_id: str) -> dict:
-    ok = runs[(runs.run_id == run_id) & (runs.status == Status.OK.value)]
-    wall = ok.wall_s_per_token.median()
-    pread = ok.pread_s_per_token.median()
-    madv = ok.madvise_s_per_token.median()
-    other = ok.other_prefetch_s_per_token.median()
-    compute = max(0.0, wall - pread - madv - other)
-    return {"run_id": run_id, "wall_s": wall, "pread_s": pread, "madvise_s": madv,
-            "other_prefetch_s": other, "compute_s": compute,
-            "pread_share": pread / wall if wall else float("nan"),
-            "compute_share": compute / wall if wall else float("nan"),
-            "madvise_other_share": (madv + other) / wall if wall else float("nan")}
+def reference_section() -> list[str]:
+    """docs/run-record.md's runs.csv section."""
+    out = ["## runs.csv", "", "One row per run record (`results/final/runs.csv`, written by "
+           "`harness.analysis.run_table.runs_table` from the columns declared in "
+           "`harness.analysis.run_table.RUN_COLUMNS`). *Per token* columns average the generated "
+           "tokens (the first included); *share* columns are of the mean token of the measured "
+           "window (after the run's `warmup_tokens`). Empty cells: not recorded by that run (an "
+           "older format, a mechanism that does not do it, or a counter the machine lacks).", "",
+           "| column | unit | what | from |", "|---|---|---|---|"]
+    return out + [f"| `{c.name}` | {c.unit} | {c.doc} | {c.source} |" for c in RUN_COLUMNS]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import configurations, floors, run_table, stats
+from harness.analysis import configurations, flags, floors, stats
 from harness.contract import Status
 
 # the MoE compute ceiling's measurement, as compute_ceiling names its rows
@@ -138,7 +138,7 @@ def first_token(summ: pd.DataFrame) -> pd.DataFrame:
 
 def disturbed_repeats(all_runs: pd.DataFrame) -> pd.DataFrame:
     dist = all_runs[all_runs.disturbed.astype(bool)]
-    return dist.assign(flag_reason=run_table.flag_reason(dist))[
+    return dist.assign(flag_reason=flags.flag_reason(dist))[
         ["run_id", "repeat", "rerun", "start_utc", "flag_reason", "foreign_read_bytes",
          "tok_per_s"]]
 

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness import parameters
-from harness.analysis import (breakdown, configurations, findings, latency, limit, policies, run_table,
+from harness.analysis import (breakdown, configurations, findings, latency, limit, policies, flags,
                               stats, tables)
 from harness.analysis.outcome import Figure, Outcome
 from harness.record import read_run
@@ -242,7 +242,7 @@ def _load(inputs: ReportInputs, config: dict) -> Loaded:
     records = [read_run(p) for p in inputs.records]
     q4, q2 = _pair_models(config)
     if "disturbed" not in all_runs:  # runs.csv has carried it since format 2 of the run record
-        all_runs["disturbed"] = run_table.disturbed(all_runs)
+        all_runs["disturbed"] = flags.disturbed(all_runs)
     for name in parameters.RENAMED_VALUES:  # a runs.csv written before a value was renamed
         if name in all_runs:
             all_runs[name] = all_runs[name].map(lambda v: parameters.current_value(name, v))
@@ -357,10 +357,10 @@ def _configurations(w: Writer, d: Loaded, inputs: RegimeInputs) -> pd.DataFrame:
     w.text(f"### Repeats left out of the verdicts: {len(dist)}\n")
     w.text("A repeat the machine disturbed, by its recorded counters, is left out of the verdicts "
            "(it stays in the table above and in runs.csv, `disturbed`): the rest of the machine "
-           f"read more than {run_table.DISTURBED_READ_BYTES / 1e6:.0f} MB (and over 1% of the "
+           f"read more than {flags.DISTURBED_READ_BYTES / 1e6:.0f} MB (and over 1% of the "
            "run's own reads) from the models' disk, the host stole more than "
-           f"{run_table.STEAL_BOUND:.0%} of its CPU time, or its mean and median steady token "
-           f"differ by more than {run_table.MEAN_MEDIAN_GAP:.0%}. Unless the config sets "
+           f"{flags.STEAL_BOUND:.0%} of its CPU time, or its mean and median steady token "
+           f"differ by more than {flags.MEAN_MEDIAN_GAP:.0%}. Unless the config sets "
            "`rerun_disturbed: false`, it is measured once more at the end of the study "
            "(runs.csv `rerun`): the re-run replaces it in the verdicts unless it is disturbed "
            "too, and then neither counts.\n")

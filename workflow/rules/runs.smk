@@ -38,7 +38,7 @@ for _round in range(1, MAX_REPEATS + 1):
             "../scripts/harness_run.py"
 
 
-# A repeat the machine disturbed (harness.analysis.run_table.flag_reason) is measured once more, after every
+# A repeat the machine disturbed (harness.analysis.flags.flag_reason) is measured once more, after every
 # round: the re-run replaces it in the verdicts unless it is disturbed too (then neither counts).
 checkpoint flag_repeats:
     input:
