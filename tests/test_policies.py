@@ -91,7 +91,7 @@ def test_the_reference_routing_replays_as_the_page_cache_and_odirect_cache_read_
 def test_finding13_shows_a_cache_runs_bytes_beside_its_own_replay():
     """odirect-cache@disk-box in vm-2026-12-06 (LRU, 1,200 MiB): the disk bytes its cgroup read
     per window token and its policy's replay on its own routing, side by side."""
-    from harness.analysis.findings import _bytes_against_replay
+    from harness.analysis.findings.beyond_study import _bytes_against_replay
 
     runs = pd.read_csv(REF / "final/runs.csv")
     r = runs[(runs.run_id == "odirect-cache@disk-box") & (runs["repeat"] == 1)].copy()
