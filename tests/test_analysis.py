@@ -167,7 +167,7 @@ def test_mean_median_gap_of_the_steady_tokens():
 
 
 def test_every_table_naming_a_run_measured_without_limits_marks_it(tmp_path):
-    from harness.report.results import Writer
+    from harness.report.writer import Writer
 
     w = Writer(tmp_path / "tables", tmp_path / "plots")
     w.unenforced = {"b"}
