@@ -94,3 +94,35 @@ def test_a_configs_run_minutes_are_estimated_from_the_rates_its_run_ids_had():
     assert plan.loc["p", "minutes"] == pytest.approx((2 * 62 + 62 + 50) / 60)
     # measured: 10 tokens at 0.5 tok/s in each run that finished; the capped run measured nothing
     assert plan.loc["p", "measured_share"] == pytest.approx(3 * 20 / (2 * 62 + 62 + 50))
+
+
+@pytest.mark.parametrize("sd_a,sd_b,effect", [(0.078, 0.078, 0.30), (0.03, 0.05, 0.10),
+                                              (0.003, 0.065, 0.20)])
+def test_at_the_designed_repeats_a_true_minimum_effect_holds_by_the_rule_with_the_power(
+        sd_a, sd_b, effect):
+    """The design and the verdict rule agree: at the runs the design asks for, simulated studies
+    whose true difference is exactly the minimum effect are called `holds` by stats.faster (the
+    rule as applied, both clauses) at least POWER of the time, less the simulation's own
+    tolerance; with no true difference, at most 5%. Each side's variance is its own runs'
+    (Welch's interval), as the design assumes with no borrowed df."""
+    n = design.runs_needed(sd_a ** 2, sd_b ** 2, effect, most=40)
+    rng = np.random.default_rng(48)
+
+    def share_holding(true_log_ratio, runs, sims=3000):
+        held = 0
+        for _ in range(sims):
+            a = rng.normal(true_log_ratio, sd_a, runs)
+            b = rng.normal(0.0, sd_b, runs)
+            va, vb = a.var(ddof=1) / runs, b.var(ddof=1) / runs
+            df = (va + vb) ** 2 / (va ** 2 / (runs - 1) + vb ** 2 / (runs - 1))
+            iv = stats.Interval(a.mean() - b.mean(), math.sqrt(va + vb), df, runs, runs, "sim")
+            held += stats.faster(iv, effect).verdict == stats.HOLDS
+        return held / sims
+
+    tolerance = 2 * math.sqrt(stats.POWER * (1 - stats.POWER) / 3000)
+    assert share_holding(math.log1p(effect), n) >= stats.POWER - tolerance
+    assert share_holding(0.0, n) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 3000)
+    # the power rests on the repeats: with two runs a side (where the design asked for more)
+    # the same true effect holds less often
+    if n > 2:
+        assert share_holding(math.log1p(effect), 2) < stats.POWER - tolerance

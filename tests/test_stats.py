@@ -135,17 +135,24 @@ def test_two_equal_configurations_are_called_different_at_most_5_percent_of_the_
 
 
 def test_the_smallest_detectable_effect_is_the_rules_as_applied():
-    # a very precise comparison still needs its estimate to reach the 10% minimum effect, so it
-    # resolves a bit more than 10%, not ~0%
+    # a very precise comparison resolves the 10% minimum effect itself: a true 10% reaches the
+    # effect with its interval 95% of the time, so a little less than 10% is found with 80%
     tight = stats.Interval(0.0, 0.001, 30, 4, 4, "test")
-    assert 1.10 < tight.detectable(0.10) < 1.11
+    assert 1.098 < tight.detectable(0.10) <= 1.10 and tight.resolves(0.10)
     assert tight.detectable() < 1.01  # the interval alone
     # a noisy one: inconclusive, and it says these runs cannot resolve 10%
     wide = stats.faster(stats.Interval(math.log(1.05), 0.1, 3, 2, 2, "test"))
     assert wide.verdict == INCONCLUSIVE and "cannot resolve 10%" in wide.reason
+    assert not wide.interval.resolves(0.10)
+    # +8% measured to +-3.4%: faster, and 10% is inside its interval: the claim holds
     precise = stats.faster(stats.Interval(math.log(1.08), 0.02, 30, 4, 4, "test"))
-    assert precise.verdict == INCONCLUSIVE and "cannot resolve" not in precise.reason
-
+    assert precise.verdict == HOLDS and "cannot resolve" not in precise.reason
+    # +4% to +-1.7%: faster, but by surely less than 10%: it does not hold
+    small = stats.faster(stats.Interval(math.log(1.04), 0.01, 30, 4, 4, "test"))
+    assert small.interval.low > 0 and small.verdict == FAILS
+    # spanning no change, with runs that could have resolved 10%: inconclusive, no excuse given
+    spans = stats.faster(stats.Interval(math.log(1.02), 0.02, 30, 4, 4, "test"))
+    assert spans.verdict == INCONCLUSIVE and "cannot resolve" not in spans.reason
 
 
 def test_a_threshold_claims_smallest_detectable_ratio_holds_with_the_designs_power():

@@ -6,11 +6,11 @@ minimum effect each regime can afford. The main job's repeats and each profile's
 
     python -m harness.analysis.design RUNS_CSV [--tokens N] [--fixed-s S] [--config YAML]
 
-"Resolves" is the power calculation's: a true difference of the effect is told from no
-difference (the 90% interval's low end above 0) with stats.POWER, and no difference from the
-effect (its high end below it) likewise. The verdict rule also asks the estimate to reach the
-effect, so a true effect of exactly the minimum holds at most half of the time; the smallest
-effect that holds with stats.POWER under that rule is what RESULTS.md calls "smallest detectable".
+"Resolves" is the rule as applied (harness.analysis.stats.faster): a true difference of the
+effect is called `holds` (the 90% interval above no change and reaching the effect) with
+stats.POWER. The second clause is passed 95% of the time at a true effect of exactly the minimum,
+so the first decides: the interval's low end above 0 with stats.POWER. tests/test_design.py
+simulates studies at the designed repeats and checks that the effect holds that often.
 """
 
 from __future__ import annotations

@@ -336,7 +336,7 @@ FINDINGS: list[Finding] = [
                      "lru-odirect at each budget (each its own configuration) and pread+madvise, "
                      "Q4_K_M",
                      "at every budget that finished, pread+madvise is faster by at least the "
-                     "regime's minimum effect (90% interval above 1, estimate at least 1 + the "
+                     "regime's minimum effect (90% interval above 1 and reaching 1 + the "
                      "effect); a budget where the interval excludes the effect refutes it after Holm's correction over the budgets; killed "
                      "budgets are shown with their memory trail"),
     LruTrendFinding("1b", "tok/s got worse as the LRU budget grew",
