@@ -157,6 +157,26 @@ def test_finding7_write_in_place_needs_throttled_writeback():
     assert verdict("7", study(PM, fast)) == FAILS
 
 
+
+def test_finding7_judges_the_studys_write_in_place_and_shows_the_sync_variant_beside():
+    slow = dict(mechanism="write-in-place", dirtied_bytes_per_token=400e6)
+    kernel = rows("wip", [0.3, 0.3], cgroup_write_bytes_per_token=0.0, writeback="kernel", **slow)
+    sync_fast = rows("wip-sync", [2.0, 2.1], cgroup_write_bytes_per_token=390e6,
+                     writeback="sync", **slow)
+    out = F("7").evaluate(study(PM, kernel, sync_fast))
+    # the sync variant is refuted beside, but the study's own is not judged: not refuted
+    t = out.tables["finding7_switches"].set_index("change")
+    assert t.loc["write-in-place (writeback: sync, beside)", "verdict"] == FAILS
+    assert not t.loc["write-in-place (writeback: sync, beside)", "in_verdict"]
+    assert out.verdict.verdict == INCONCLUSIVE and "writeback not throttled" in out.verdict.reason
+    # the study's own, throttled and fast, refutes it whatever the sync variant did
+    kernel_fast = rows("wip", [2.0, 2.1], cgroup_write_bytes_per_token=390e6, writeback="kernel",
+                       **slow)
+    sync_slow = rows("wip-sync", [0.3, 0.3], cgroup_write_bytes_per_token=390e6,
+                     writeback="sync", **slow)
+    assert verdict("7", study(PM, kernel_fast, sync_slow)) == FAILS
+
+
 def test_finding8_every_mechanism_against_pread_madvise():
     slower = [rows("none", [0.1, 0.1], mechanism="none"),
               rows("madvise", [0.5, 0.55], mechanism="madvise")]
