@@ -137,6 +137,24 @@ def test_finding6_gap_and_io_bound_each_way():
     assert verdict("6", study(q4, q2)) == INCONCLUSIVE
 
 
+def test_finding6_compares_with_the_ceilings_repetitions_not_one_of_them():
+    q4, q2 = pair([0.3, 0.3], [0.3, 0.31], q4_read=450e6, q2_read=450e6)
+    # one repetition of 2.0 tok/s is taken as exact: 6.7x, surely above 5x
+    exact = study(q4, q2)
+    assert verdict("6", exact) == HOLDS
+    # three repetitions averaging about 2.0 but spread 1.2-3.3: the ceiling's own noise makes
+    # 5x uncertain
+    noisy = study(q4, q2)
+    noisy.dense_ceiling_samples = (1.2, 2.0, 3.3)
+    out = F("6").evaluate(noisy)
+    assert out.verdict.verdict == INCONCLUSIVE
+    assert out.tables["finding6_gap"].ceiling_repetitions.iloc[0] == 3
+    # three tight repetitions: it holds again, with the ceiling's noise in the interval
+    tight = study(q4, q2)
+    tight.dense_ceiling_samples = (1.98, 2.0, 2.02)
+    assert verdict("6", tight) == HOLDS
+
+
 def test_finding7_switches_each_way():
     mlock_fast = rows("mlock", [1.5, 1.6], mlock=True)
     slow_tp = rows("tp", [0.3, 0.31], mechanism="threadpool")

@@ -290,3 +290,14 @@ def test_a_configuration_of_one_run_among_very_unequal_ones_gets_a_finite_verdic
     wide = stats.Interval(0.1, 0.5, 0.05, 1, 0, "test")
     assert wide.ratio[2] == math.inf or wide.ratio[2] > 1e300
     assert "e+" in wide.text()  # printed short, not a 300-digit number
+
+
+def test_a_measured_ceiling_adds_its_own_variance_and_one_repetition_is_exact():
+    pool = Pool.of(table(a=spread(0.3, 0.03, 4), b=spread(0.5, 0.03, 4)))
+    const = stats.against_constant(pool, "a", 2.0)
+    assert stats.against_measured(pool, "a", [2.0]) == const
+    measured = stats.against_measured(pool, "a", [1.8, 2.0, 2.2])
+    assert measured.se > const.se and measured.n_b == 3
+    # the same centre (the geometric mean of the repetitions over the configuration's)
+    assert measured.estimate == pytest.approx(np.log([1.8, 2.0, 2.2]).mean() - np.log(spread(0.3, 0.03, 4)).mean())
+    assert stats.against_measured(pool, "a", [1.8, 2.0, 2.2]).df < const.df + 3

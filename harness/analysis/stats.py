@@ -375,6 +375,24 @@ def against_constant(pool: Pool, cfg, constant: float) -> Interval:
                     df, n, 0, "against a constant")
 
 
+def against_measured(pool: Pool, cfg, samples) -> Interval:
+    """Like against_constant for a figure measured `samples` times (a ceiling's repetitions, in
+    tok/s): the interval of its mean log over the configuration's, with both variances and
+    Welch-Satterthwaite's df. One sample: that figure taken as exact (against_constant)."""
+    values = [float(s) for s in samples if s and s > 0]
+    if len(values) < 2:
+        return against_constant(pool, cfg, values[0] if values else float("nan"))
+    logs = np.log(np.asarray(values))
+    n, m, _ = pool.per_config[cfg]
+    var, df = pool.moderated(cfg) if pool.df else (float("nan"), 0)
+    sa, sb = var / n, float(logs.var(ddof=1)) / len(logs)
+    se = math.sqrt(sa + sb)
+    welch = ((sa + sb) ** 2 / ((sa ** 2 / df if df else math.inf) + sb ** 2 / (len(logs) - 1))
+             if sa + sb > 0 else float(len(logs) - 1))
+    return Interval(float(logs.mean()) - m, se, welch, n, len(logs),
+                    f"against {len(logs)} measurements of it")
+
+
 def mean_above(values, threshold: float, what: str) -> Verdict:
     """A share (0-1) measured per run, against a threshold: t interval of the mean over runs."""
     x = np.asarray(pd.Series(values).dropna(), float)

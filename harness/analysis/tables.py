@@ -30,6 +30,8 @@ class CeilingTables:
     compute: pd.DataFrame
     moe_ceiling: dict[str, float]
     dense_warm_tok_s: float
+    # the dense warm ceiling's repetitions (tok/s each): finding 6's ceiling with its own noise
+    dense_warm_samples: tuple = ()
 
     def compute_row(self, measurement: str) -> float:
         rows = self.compute[self.compute.measurement == measurement].tok_per_s
@@ -74,7 +76,8 @@ def ceilings(io_csv: str, compute_json: str, read_bps) -> CeilingTables:
         io_by_path=floors.read_path_io_ceilings(io, read_bps), compute=comp,
         moe_ceiling={str(k): float(v) for k, v in moe.items() if v == v},
         dense_warm_tok_s=float(dense.iloc[0]) if len(dense) and dense.iloc[0] is not None
-        else float("nan"))
+        else float("nan"),
+        dense_warm_samples=tuple((compute.get("dense_warm") or {}).get("samples_ts") or ()))
 
 
 @dataclass(frozen=True)

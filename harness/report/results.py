@@ -59,7 +59,8 @@ def write_findings(inputs: ReportInputs, outputs: dict, config: dict) -> None:
                 + ".\n")
         study = findings.Study.of(sub.runs, sub.all_runs, sub.layouts, sub.q4, sub.q2,
                                   ceil.io_mb_s_median, ceil.compute_row("dense warm"),
-                                  ceil.moe_ceiling.get(sub.q4, float("nan")), effect)
+                                  ceil.moe_ceiling.get(sub.q4, float("nan")), effect,
+                                  ceil.dense_warm_samples)
         verdicts_by[name] = findings_section(rw, study)
         design_section(rw, study)
         policies_section(rw, policies.policy_study(sub.runs, sub.layouts, sub.limits.get("ram_bytes")))

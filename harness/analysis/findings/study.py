@@ -71,6 +71,8 @@ class Study:
     # the smallest difference a directional verdict claims here: the profile's `min_effect`,
     # raised where the regime's noise cannot resolve 10% with the runs the budget buys
     min_effect: float = stats.MIN_EFFECT
+    # the dense ceiling's repetitions (tok/s): finding 6 compares with them, not with one figure
+    dense_ceiling_samples: tuple = ()
     _pools: dict = field(default_factory=dict, repr=False)  # value -> stats.Pool, made once
 
     def __post_init__(self):
@@ -80,7 +82,7 @@ class Study:
     @classmethod
     def of(cls, runs: pd.DataFrame, all_runs: pd.DataFrame, layouts: dict, q4: str, q2: str,
            io_mb_s: float, dense_ceiling: float, moe_ceiling: float,
-           min_effect: float | None = None) -> Study:
+           min_effect: float | None = None, dense_ceiling_samples: tuple = ()) -> Study:
         """The study of one regime: `runs` the judged runs, the routing trace the longest
         logged one of `all_runs`."""
         tr = traces.trace_run(all_runs, q4)
@@ -90,7 +92,8 @@ class Study:
                    trace_synthetic=bool(tr.synthetic) if tr is not None else True,
                    trace_of=f"run `{tr.run_id}` repeat {tr['repeat']}" if tr is not None else "",
                    n_expert=layouts.get(q4, {}).get("n_expert", 0),
-                   min_effect=stats.MIN_EFFECT if min_effect is None else float(min_effect))
+                   min_effect=stats.MIN_EFFECT if min_effect is None else float(min_effect),
+                   dense_ceiling_samples=tuple(dense_ceiling_samples))
 
     @property
     def value(self) -> str:
