@@ -232,6 +232,35 @@ def test_the_window_floor_reads_only_the_windows_tokens_at_the_smallest_slab():
     assert floors.window_floor_bytes(ex, slab, 10, [6, 7]) == 2 * 10
 
 
+def test_the_floor_leaves_the_token_embedding_but_a_row_a_token_to_the_cache():
+    """A mechanism that keeps the token embedding out of memory (a token reads one row of it)
+    has room for more experts than the budget less every non-expert tensor. On a trace that
+    cycles through four slabs, such a cache of four never misses: the old floor (room for two)
+    said it must read, so it would have been a bound error; the floor now holds below it."""
+    layout = {"non_expert_bytes": 50,
+              "tensors": [{"name": "token_embd.weight", "shape": [4, 10], "bytes": 30,
+                           "expert": False},
+                          {"name": "output.weight", "shape": [4, 10], "bytes": 20,
+                           "expert": False}]}
+    assert floors.token_embedding_bytes(layout) == (30, 3)
+    budget, positions = 70, list(range(8))
+    rows = [(t, 0, t % 4) for t in positions]
+    ex = pd.DataFrame(rows, columns=["token", "layer", "expert"]).assign(rank=0)
+    slab = {0: 10}
+    old = floors.window_floor_bytes(ex, slab, budget - layout["non_expert_bytes"], positions)
+    cache = floors.floor_cache_bytes(budget, layout, len(positions))
+    assert cache == 70 - (50 - 30 + 3 * 8)  # 46 bytes: four slabs
+    new = floors.window_floor_bytes(ex, slab, cache, positions)
+    mechanism_reads = 0  # an LRU of four slabs holding the cycle reads nothing in the window
+    assert old > mechanism_reads and new <= mechanism_reads
+    table = pd.DataFrame({"steady_tok_per_s": [1.0, 1.0], "floor_perfect_overlap_tok_per_s": [2.0, 2.0],
+                          "window_read_bytes_per_token": [mechanism_reads] * 2,
+                          "floor_bytes_per_token": [old / 8, new / 8]})
+    assert list(floors.bound_errors(table)) == [True, False]
+    # a model without an embedding in its layout: the budget less the non-expert tensors
+    assert floors.floor_cache_bytes(budget, {"non_expert_bytes": 50}, 8) == 20
+
+
 def test_the_machine_table_shows_each_profiles_own_limits():
     from pathlib import Path
 

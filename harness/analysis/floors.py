@@ -41,6 +41,25 @@ def window_floor_bytes(experts: pd.DataFrame, slab_bytes: dict[int, int], cache_
     return float(belady_misses_best_start(steps, int(max(0, cache_bytes) // smallest)) * smallest)
 
 
+def token_embedding_bytes(layout: dict) -> tuple[int, int]:
+    """The token embedding's bytes and one row's (a token reads one row of it, not all of it:
+    the rest may hold experts), from a model's layout; (0, 0) where it has none."""
+    for t in layout.get("tensors", []):
+        if t.get("name") == "token_embd.weight" and not t.get("expert"):
+            rows = int(t["shape"][-1]) if t.get("shape") else 0
+            return int(t["bytes"]), (-(-int(t["bytes"]) // rows) if rows else int(t["bytes"]))
+    return 0, 0
+
+
+def floor_cache_bytes(ram_budget: float, layout: dict, window_tokens: int) -> float:
+    """The expert bytes a RAM budget can hold at best over a window of `window_tokens`: the
+    budget less the non-expert tensors, of which the token embedding needs only the rows the
+    window's tokens read (one each), not all of it."""
+    embd, row = token_embedding_bytes(layout)
+    needed = min(embd, row * max(0, int(window_tokens)))
+    return ram_budget - (layout["non_expert_bytes"] - embd + needed)
+
+
 def kernel_cpu_per_byte(runs: pd.DataFrame) -> pd.Series:
     """Per read path (harness.catalog.read_path), the least kernel CPU seconds any ok run of it
     spent per byte its cgroup read: the decoding thread's kernel time per steady token over the

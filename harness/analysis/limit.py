@@ -41,7 +41,11 @@ def distance_to_limit(summ: pd.DataFrame, runs: pd.DataFrame, layouts: dict,
     budget = ceilings.limits.get("ram_bytes")
     quota = ceilings.limits.get("cpu_quota")
     io_by_path = ceilings.io_by_path
+    # a floor no mechanism can pass: the fastest any read path ran and the least kernel CPU any
+    # path paid per byte, whatever the configuration's own path
     per_byte = floors.kernel_cpu_per_byte(runs)
+    cheapest = float(per_byte.min()) if len(per_byte) else float("nan")
+    fastest_io = max((v for v in io_by_path.values() if v == v), default=float("nan"))
     rows, trace_of, errors, best_inputs = [], {}, [], {}
     for _, s in summ.iterrows():
         lay = layouts.get(s.model)
@@ -54,16 +58,15 @@ def distance_to_limit(summ: pd.DataFrame, runs: pd.DataFrame, layouts: dict,
         ex = trace_of[key]
         slab = {int(k): v for k, v in lay["slab_bytes_per_layer"].items()}
         path = floors.read_path_of(s)
-        cost = float(per_byte.get(path, float("nan")))
-        io_bps = io_by_path.get(path, io_by_path["fault"])
+        cost, io_bps = cheapest, fastest_io
         ceiling = ceilings.moe_ceiling.get(s.model)
         compute_s = 1.0 / ceiling if ceiling else float("nan")
         cpus = min(float(quota), float(mine.threads.iloc[0])) if quota else float(mine.threads.iloc[0])
-        # the cache the RAM budget leaves once the always-needed tensors are in it
-        cache = budget - lay["non_expert_bytes"]
         per_run = []
         for _, r in mine.iterrows():
-            fb = _window_floor(ex, slab, cache, r)
+            # the cache the RAM budget leaves once the always-needed tensors are in it
+            window = int(r.get("tokens_completed") or 0) - int(r.get("warmup_tokens", 1) or 1)
+            fb = _window_floor(ex, slab, floors.floor_cache_bytes(budget, lay, window), r)
             per_run.append({"run_id": s.run_id, "repeat": r["repeat"],
                             "disturbed": bool(r.get("disturbed", False)),
                             "steady_tok_per_s": r.steady_tok_per_s,

@@ -15,6 +15,7 @@ from harness.contract import Status
 
 # the MoE compute ceiling's measurement, as compute_ceiling names its rows
 MOE_ROW = "MoE fully cached, no RAM budget, --repack 0 (the harness's kernels)"
+REPACK_ROW = "MoE fully cached, no RAM budget, default repack"
 WITHIN_TARGET = 0.2  # a dense ceiling within 20% of the calibration's target reached it
 
 
@@ -65,10 +66,11 @@ def ceilings(io_csv: str, compute_json: str, read_bps) -> CeilingTables:
         *(_ceiling_row(MOE_ROW, name, rec, quota)
           for name, recs in (compute.get("moe_warm_policies") or {}).items()
           for rec in recs.values()),
-        _ceiling_row("MoE fully cached, no RAM budget, default repack", compute["moe_model"],
+        _ceiling_row(REPACK_ROW, compute["moe_model"],
                      compute.get("moe_warm_default_repack"), quota)])
-    # read by name, never by row position; the fastest policy and repetition of each quant
-    moe = comp[comp.measurement == MOE_ROW].groupby("model").fastest_tok_per_s.max()
+    # read by name, never by row position; the fastest kernels (repacked or the harness's),
+    # policy and repetition of each quant: the floor's compute term no mechanism can beat
+    moe = comp[comp.measurement.isin([MOE_ROW, REPACK_ROW])].groupby("model").fastest_tok_per_s.max()
     dense = comp[comp.measurement == "dense warm"].tok_per_s
     return CeilingTables(
         io_sequential=seq, io_random=rnd,
