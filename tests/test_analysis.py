@@ -238,18 +238,18 @@ def test_the_floor_leaves_the_token_embedding_but_a_row_a_token_to_the_cache():
     cycles through four slabs, such a cache of four never misses: the old floor (room for two)
     said it must read, so it would have been a bound error; the floor now holds below it."""
     layout = {"non_expert_bytes": 50,
-              "tensors": [{"name": "token_embd.weight", "shape": [4, 10], "bytes": 30,
+              "tensors": [{"name": "token_embd.weight", "shape": [4, 30], "bytes": 30,
                            "expert": False},
                           {"name": "output.weight", "shape": [4, 10], "bytes": 20,
                            "expert": False}]}
-    assert floors.token_embedding_bytes(layout) == (30, 3)
+    assert floors.token_embedding_bytes(layout) == (30, 1)
     budget, positions = 70, list(range(8))
     rows = [(t, 0, t % 4) for t in positions]
     ex = pd.DataFrame(rows, columns=["token", "layer", "expert"]).assign(rank=0)
     slab = {0: 10}
     old = floors.window_floor_bytes(ex, slab, budget - layout["non_expert_bytes"], positions)
     cache = floors.floor_cache_bytes(budget, layout, len(positions))
-    assert cache == 70 - (50 - 30 + 3 * 8)  # 46 bytes: four slabs
+    assert cache == 70 - (50 - 30 + 1 * 8)  # 42 bytes: four slabs of 10 (the old: two)
     new = floors.window_floor_bytes(ex, slab, cache, positions)
     mechanism_reads = 0  # an LRU of four slabs holding the cycle reads nothing in the window
     assert old > mechanism_reads and new <= mechanism_reads

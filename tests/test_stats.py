@@ -151,7 +151,8 @@ def test_the_smallest_detectable_effect_is_the_rules_as_applied():
     small = stats.faster(stats.Interval(math.log(1.04), 0.01, 30, 4, 4, "test"))
     assert small.interval.low > 0 and small.verdict == FAILS
     # spanning no change, with runs that could have resolved 10%: inconclusive, no excuse given
-    spans = stats.faster(stats.Interval(math.log(1.02), 0.02, 30, 4, 4, "test"))
+    spans = stats.faster(stats.Interval(0.04, 0.035, 30, 4, 4, "test"))
+    assert spans.interval.resolves(0.10)
     assert spans.verdict == INCONCLUSIVE and "cannot resolve" not in spans.reason
 
 
