@@ -123,10 +123,15 @@ PARAMETERS: tuple[Parameter, ...] = (
               mechanisms=("odirect-cache",), cli=("--cache-policy",)),
     Parameter("cache_fill", bool, False, "odirect-cache: the cache holds what the run's memory "
               "limit leaves at its first decode (the limit less the non-expert tensors, the "
-              "process's anonymous memory and a 64 MiB margin) instead of `cache_budget_mb` "
+              "process's anonymous memory and `cache_fill_margin_mb`) instead of `cache_budget_mb` "
               "(which stands for a run without a memory limit); the record says how much "
               "(`cache_capacity_bytes`)",
               mechanisms=("odirect-cache",), cli=("--cache-fill",)),
+    Parameter("cache_fill_margin_mb", int, 64, "odirect-cache with `cache_fill`: what the cache "
+              "leaves of the memory limit for what may still grow beside it (the hook's buffers, "
+              "Python's heap); too small and the run is killed for memory", unit="MiB",
+              minimum=16, maximum=4096, mechanisms=("odirect-cache",),
+              cli=("--cache-fill-margin-mb",)),
     Parameter("io_depth", int, 4, "odirect-cache: O_DIRECT reads in flight at once (reader "
               "threads)", minimum=1, maximum=64, mechanisms=("odirect-cache",),
               cli=("--io-depth",)),

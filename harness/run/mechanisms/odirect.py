@@ -134,7 +134,7 @@ class ODirectCache(Mechanism):
     (counts kept for slabs not cached too, as harness.analysis.policies replays it). With
     `cache_fill` the budget is what the run's memory limit leaves at the first decode, when
     llama.cpp's context exists: the limit less the non-expert tensors, the process's anonymous
-    memory and FILL_MARGIN. The bytes at a tensor's ends that share a page with its neighbours stay
+    memory and `cache_fill_margin_mb`. The bytes at a tensor's ends that share a page with its neighbours stay
     file-backed and are served by the page cache. With `warm_start` the slabs the model's load
     left wholly in the page cache are copied into the cache (a buffered read that hits the page
     cache: no disk) before the remap would discard them; otherwise the cache starts empty.
@@ -142,15 +142,16 @@ class ODirectCache(Mechanism):
     (benchmarks/results/odirect_cache_sweep-2026-12-04.txt)."""
 
     name = "odirect-cache"
-    FILL_MARGIN = 64 * 2**20  # what may still grow beside the cache: the hook's buffers, Python
 
     def __init__(self, model, *, cache_budget_mb: int, io_depth: int, predict_experts: int,
-                 warm_start: bool, cache_policy: str, cache_fill: bool, **options):
+                 warm_start: bool, cache_policy: str, cache_fill: bool,
+                 cache_fill_margin_mb: int, **options):
         super().__init__(model, **options)
         if cache_policy not in ("lru", "lfu"):
             raise ValueError(f"cache_policy: {cache_policy!r} is not lru or lfu")
         self.policy = cache_policy
         self.fill = bool(cache_fill)
+        self.fill_margin = int(cache_fill_margin_mb) * 2**20
         self.budget = int(cache_budget_mb) * 1024 * 1024
         self.routed_count: collections.Counter = collections.Counter()  # lfu: every slab routed
         self.k = int(predict_experts)
@@ -188,7 +189,7 @@ class ODirectCache(Mechanism):
     def begin_decode(self, first_token: int, n_tokens: int) -> None:
         if self._resident is not None:  # cache_fill: the first decode, the context exists
             filled = fill_budget(own_memory_limit(), self.layout.data["non_expert_bytes"],
-                                 anonymous_rss(), self.FILL_MARGIN)
+                                 anonymous_rss(), self.fill_margin)
             if filled is not None:  # no memory limit: cache_budget_mb stands
                 self.budget = filled
             self.bytes_warm_start = self._warm(self._resident)
