@@ -158,6 +158,8 @@ RUN_COLUMNS: tuple[Column, ...] = (
            "repeat is flagged like a disturbed one", _STEADY, lambda r: r.drift.steady),
     Column("run_wall_s", "s", "the measured process's wall time, load included", "run.json",
            lambda r: r.rec.wall_s),
+    Column("load_s", "s", "the model load's wall time", "run.json summary",
+           lambda r: r.rec.summary.load_s),
     Column("prompt_tok_per_s", "tok/s", "the prompt's batched decode", "tokens.csv, prompt",
            lambda r: window.prompt_rate(r.tok)),
     Column("majflt_per_token", "count", "major page faults", _GEN, _per("majflt")),
