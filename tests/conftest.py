@@ -25,7 +25,7 @@ from harness.util import atomic_write_json, sha256_file
 QUICK_MODULES = {"test_config", "test_parameters", "test_record", "test_analysis",
                  "test_findings", "test_steady", "test_stats", "test_design", "test_cost",
                  "test_export", "test_compare", "test_citations", "test_reference",
-                 "test_layering", "test_attribution", "test_machines"}
+                 "test_layering", "test_attribution", "test_machines", "test_reproducibility"}
 BUILT = {"manifest", "tiny_models"}
 
 
