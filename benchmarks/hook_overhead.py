@@ -35,7 +35,8 @@ from harness.parameters import BY_NAME
 from harness.analysis import window
 from harness.box import pagecache
 from harness.stages.ceilings import llama_bench
-from harness.config import adhoc_spec, cpu_quota_of, study_profiles
+from harness.config import adhoc_spec, study_profiles
+from harness.profiles import cpu_quota_of
 from harness.box.limits import Limits
 from harness.box.identity import machine_info
 

@@ -26,7 +26,8 @@ import yaml
 
 from harness.box import conditions
 from harness.run import supervise
-from harness.config import adhoc_spec, cpu_quota_of, profile_limits, study_profiles
+from harness.config import adhoc_spec, study_profiles
+from harness.profiles import cpu_quota_of, profile_limits
 from harness.box.limits import block_device_of
 
 

@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 import yaml
 from fullsize import build_manifest
 
-from harness.config import cpu_quota_of, expand, profile_limits
+from harness.config import expand
+from harness.profiles import cpu_quota_of, profile_limits
 from harness.run import supervise
 
 # run ids of config/experiments.yaml (before `@<profile>`): the study's best (pread+madvise with

@@ -20,7 +20,8 @@ from pathlib import Path
 from harness import parameters, profile_keys, record
 from harness.contract import Status
 from harness.run import supervise
-from harness.config import adhoc_spec, limit_value
+from harness.config import adhoc_spec
+from harness.profiles import limit_value
 from harness.models.layout import read_layout
 from harness.box.limits import Limits
 from harness.util import atomic_write_json, sha256_file

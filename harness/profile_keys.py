@@ -4,7 +4,7 @@ needs the model's block device, its `python -m harness` flag and its runs.csv co
 
 Derived from this registry: the schema's profile entry (workflow/schemas/profiles.schema.yaml,
 generated), config/README.md's profile table (generated), the config's size checks and
-`config.profile_limits`, the fields of `Limits` and its disk limits, the command line's limit
+`profiles.profile_limits`, the fields of `Limits` and its disk limits, the command line's limit
 flags, the record's `limits_requested`, the runs.csv columns of the limits in force and the
 RESULTS.md machine table. How the kernel is told (cgroup v1 and v2 files) stays in box.limits:
 a limit of a new kind needs its writes there. Like harness.parameters, it imports nothing of the

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import (ConfigError, check_config_file, expand, parse_size, profile_config,
-                            validate_config)
+from harness.config import ConfigError, check_config_file, expand, parse_size, validate_config
+from harness.profiles import profile_config
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = yaml.safe_load((ROOT / "config/experiments.yaml").read_text())
@@ -419,7 +419,7 @@ def test_every_profile_key_is_declared_once_and_reaches_the_limits():
     from harness import profile_keys
     from harness.__main__ import add_limits
     from harness.box.limits import DISK_LIMITS, Limits
-    from harness.config import profile_limits
+    from harness.profiles import profile_limits
 
     # the shipped profiles use only declared keys (the generated schema refuses others)
     for prof in cfg()["profiles"].values():

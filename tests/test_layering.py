@@ -17,7 +17,7 @@ FLOORS = (
     ("box", ("harness.box",)),
     ("build", ("harness.build",)),
     ("models", ("harness.models",)),
-    ("config", ("harness.bounds", "harness.config")),
+    ("config", ("harness.bounds", "harness.config", "harness.profiles")),
     ("run", ("harness.run",)),
     ("fleet", ("harness.fleet",)),
     ("analysis", ("harness.analysis",)),

@@ -330,7 +330,8 @@ def io_share_calibration(config: dict, manifest: dict, model: str, model_info: d
     from harness.analysis import attribution
     from harness.run import supervise
     from harness.stages.calibrate import calibrate_io_share
-    from harness.config import adhoc_spec, profile_limits
+    from harness.config import adhoc_spec
+    from harness.profiles import profile_limits
 
     prof = config["profiles"][config["profile"]]
     info = dict(model_info, path=model)

@@ -19,8 +19,8 @@ from harness.report import captions as plot_captions
 from harness.report.compare import TABLES as COMPARED_TABLES
 from harness.build.llama import build_identity
 from harness.parameters import NOT_MEASURED
-from harness.config import (ConfigError, check, check_config_file, profile_config,
-                            profile_run_defaults, study_profiles)
+from harness.config import ConfigError, check, check_config_file, profile_run_defaults, study_profiles
+from harness.profiles import profile_config
 from harness.util import canonical
 from harness.fleet import MachinesError, compare_trees
 

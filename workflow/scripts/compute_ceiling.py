@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.box import pagecache
 from harness.stages.ceilings import llama_bench
-from harness.config import cpu_quota_of, profile_limits
+from harness.profiles import cpu_quota_of, profile_limits
 from harness.models.staging import staged_model
 from harness.util import resolve_wait_policy
 from harness.util import atomic_write_json

@@ -11,7 +11,7 @@ from harness.box import pagecache
 from harness.stages.calibrate import calibrate
 from harness.stages.ceilings import io_share_calibration
 from harness.stages.ceilings import llama_bench
-from harness.config import profile_limits
+from harness.profiles import profile_limits
 from harness.models.staging import staged_model
 from harness.util import utcnow
 from harness.util import atomic_write_json

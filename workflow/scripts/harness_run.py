@@ -8,7 +8,8 @@ from pathlib import Path
 
 from harness.box import measurelock
 from harness.run import progress, supervise
-from harness.config import check, cpu_quota_of, profile_limits
+from harness.config import check
+from harness.profiles import cpu_quota_of, profile_limits
 from harness.models.staging import staged_info
 
 manifest = json.loads(Path(snakemake.input.manifest).read_text())

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.stages.ceilings import expert_slab_bytes, io_ceiling
-from harness.config import cpu_quota_of, profile_limits
+from harness.profiles import cpu_quota_of, profile_limits
 from harness.models.staging import local_dir
 from harness.util import atomic_path
 
