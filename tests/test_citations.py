@@ -68,3 +68,23 @@ def test_numbers_outside_quote_links_are_listed_and_method_constants_can_be_allo
 def test_a_column_without_a_known_unit_is_an_error_not_a_guess():
     with pytest.raises(citations.CitationError, match="no known unit"):
         citations.unit_of("verdict")
+
+
+def test_rebasing_points_quotes_at_the_new_reference_with_its_values(root):
+    (root / "u").mkdir()
+    (root / "u/summary.csv").write_text(
+        "run_id,tok_per_s_median,hook_s_per_token,io_wait_share,read_bytes\n"
+        "none,0.2049,0.0050,0.472,181000000\n")
+    md = ("none runs [0.1528 tok/s](t/summary.csv#run_id=none&tok_per_s_median), waiting "
+          "[61%](t/summary.csv#run_id=none&io_wait_share) and reading "
+          "[193.4 MB](t/summary.csv#run_id=none&read_bytes); madvise "
+          "[0.17 tok/s](t/summary.csv#run_id=madvise&tok_per_s_median); "
+          "[0.08466 CPUs](t/quota.json#cpu_quota)")
+    out, problems = citations.rebase(md, root, "t", "u")
+    assert "[0.2049 tok/s](u/summary.csv#run_id=none&tok_per_s_median)" in out
+    assert "[47%](u/summary.csv#run_id=none&io_wait_share)" in out  # at the quoted 0 digits
+    assert "[181.0 MB](u/summary.csv#run_id=none&read_bytes)" in out
+    # a row or a file the new reference lacks stays as it was, and is reported
+    assert "[0.17 tok/s](t/summary.csv#run_id=madvise" in out and "[0.08466 CPUs](t/quota" in out
+    assert len(problems) == 2 and "0 rows match" in problems[0]
+    assert all(citations.check(root, q) is None for q in citations.quotes(out))

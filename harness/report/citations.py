@@ -167,3 +167,63 @@ def unlinked(markdown: str, allowed: tuple | list = ()) -> list[str]:
     for phrase in allowed:
         text = text.replace(phrase, "")
     return [m.group(0) for m in MEASURED.finditer(text)]
+
+
+def rebase(markdown: str, root: Path, old: str, new: str) -> tuple[str, list[str]]:
+    """The text with every quote of a file under `old` (a reference's folder) pointed at the same
+    file and row under `new` and its number rewritten to the new file's value, in the quoted
+    unit at the quoted digits; and the quotes that could not follow (the row or the file is not
+    in the new reference), left as they were. The prose around a number is not touched: a
+    sentence that judged the old number must be read again."""
+    problems: list[str] = []
+    old, new = old.rstrip("/") + "/", new.rstrip("/") + "/"
+
+    def one(m: re.Match) -> str:
+        if not m["target"].startswith(old):
+            return m.group(0)
+        num = NUMBER.match(m["text"])
+        if not num:
+            return m.group(0)
+        digits = len(num["num"].split(".")[1]) if "." in num["num"] else 0
+        target = new + m["target"][len(old):]
+        q = Quote(m["text"], float(num["num"]), digits, num["unit"], target, unquote(m["frag"]))
+        try:
+            value, unit = source_value(root, q)
+        except CitationError as e:
+            problems.append(f"[{m['text']}]({m['target']}#{m['frag']}): {e}")
+            return m.group(0)
+        factor = CONVERSIONS[unit].get(q.unit)
+        if factor is None:
+            problems.append(f"[{m['text']}]: {unit} cannot be written in {q.unit!r}")
+            return m.group(0)
+        spacer = " " if " " in m["text"].strip() else ""
+        text = f"{value * factor:.{digits}f}{spacer}{q.unit}".strip()
+        return f"[{text}]({target}#{m['frag']})"
+
+    return QUOTE.sub(one, markdown), problems
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Point a document's quotes of one reference at "
+                                 "another, with the new reference's values (rebase).")
+    ap.add_argument("document", help="a Markdown file whose quotes to rebase, in place")
+    ap.add_argument("old", help="the reference folder its quotes name, e.g. reference/vm-2026-12-06")
+    ap.add_argument("new", help="the reference folder they should name")
+    ap.add_argument("--lines", help="only these lines, FIRST-LAST (1-based, inclusive)")
+    a = ap.parse_args(argv)
+    path = Path(a.document)
+    lines = path.read_text().splitlines(keepends=True)
+    first, last = (int(x) for x in a.lines.split("-")) if a.lines else (1, len(lines))
+    part, problems = rebase("".join(lines[first - 1:last]), path.parent, a.old, a.new)
+    path.write_text("".join(lines[:first - 1]) + part + "".join(lines[last:]))
+    for p in problems:
+        print(f"not rebased: {p}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
