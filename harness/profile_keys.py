@@ -6,8 +6,8 @@ Derived from this registry: the schema's profile entry (workflow/schemas/profile
 generated), config/README.md's profile table (generated), the config's size checks and
 `profiles.profile_limits`, the fields of `Limits` and its disk limits, the command line's limit
 flags, the record's `limits_requested`, the runs.csv columns of the limits in force and the
-RESULTS.md machine table. How the kernel is told (cgroup v1 and v2 files) stays in box.limits:
-a limit of a new kind needs its writes there. Like harness.parameters, it imports nothing of the
+RESULTS.md machine table. A throttle of the disk names its cgroup v1 and v2 files here and
+box.limits writes it with the others; a limit of another new kind needs its writes there. Like harness.parameters, it imports nothing of the
 package: everything may import it.
 """
 
@@ -37,6 +37,10 @@ class ProfileKey:
     disk: bool = False  # a limit of the models' block device (a model on tmpfs cannot have it)
     cli: bool = False  # `python -m harness --<name>` sets it for a run by hand
     column: str = ""  # its runs.csv column: the limit in force ("": none)
+    # a throttle of the models' disk: its cgroup v1 blkio file and its cgroup v2 io.max key
+    # (box.limits writes every throttle declared so, in the run's cgroup, at the first decode)
+    v1_file: str = ""
+    v2_key: str = ""
     # how the profile's results are read, not what its measurements are held to: editing it
     # measures nothing again (not in a measurement's params)
     reading: bool = False
@@ -54,11 +58,12 @@ KEYS: tuple[ProfileKey, ...] = (
                column="ram_budget_bytes"),
     ProfileKey("read_bps", SIZE, "disk read throughput cap (bytes/s, or like \"150MB\") on the "
                "models' disk", unit="bytes/s", limit="read_bps", disk=True, cli=True,
-               column="read_bps_limit"),
+               column="read_bps_limit", v1_file="blkio.throttle.read_bps_device", v2_key="rbps"),
     ProfileKey("write_bps", SIZE, "disk write throughput cap (bytes/s) on the models' disk; on "
                "cgroup v1 it cannot see buffered writeback (the flusher threads write from the "
                "root cgroup), which every record shows", unit="bytes/s", limit="write_bps",
-               disk=True, cli=True, column="write_bps_limit"),
+               disk=True, cli=True, column="write_bps_limit",
+               v1_file="blkio.throttle.write_bps_device", v2_key="wbps"),
     ProfileKey("read_ahead_kb", INTEGER, "the models' block device read_ahead_kb during every "
                "measurement, restored afterwards (null = leave the device as it is; recorded "
                "either way)", unit="KiB", minimum=0, limit="read_ahead_kb", disk=True, cli=True,
@@ -90,6 +95,7 @@ KEYS: tuple[ProfileKey, ...] = (
 BY_NAME = {k.name: k for k in KEYS}
 LIMITS = tuple(k for k in KEYS if k.limit)
 DISK_LIMITS = tuple(k.limit for k in LIMITS if k.disk)
+THROTTLES = tuple(k for k in LIMITS if k.v1_file or k.v2_key)  # the disk's, written alike
 SIZES = tuple(k.name for k in KEYS if k.kind == SIZE)
 READING_KEYS = tuple(k.name for k in KEYS if k.reading)
 

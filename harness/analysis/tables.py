@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness import profile_keys
 from harness.analysis import configurations, flags, floors, stats
 from harness.contract import Status
 
@@ -225,10 +226,10 @@ def identity_ok_median(attribution_table: pd.DataFrame) -> float:
     return float(attribution_table.identity_ok_share.median())
 
 
-# the machine table's limit columns: (column, the record's limit)
-MACHINE_LIMITS = (("ram_budget_bytes", "ram_bytes"), ("read_bps_limit", "read_bps"),
-                  ("write_bps_limit", "write_bps"), ("cpu_quota", "cpu_quota"),
-                  ("cgroup", "cgroup"))
+# the machine table's limit columns: (column, the record's limit), every limit the registry
+# gives a runs.csv column (the read-ahead is a box condition, in its own table)
+MACHINE_LIMITS = (*((k.column, k.limit) for k in profile_keys.LIMITS
+                    if k.column and k.limit != "read_ahead_kb"), ("cgroup", "cgroup"))
 
 
 def machine_limits(records: list, profiles: list[str]) -> pd.DataFrame:

@@ -141,8 +141,7 @@ class RunCgroup:
         self._restored = restore_all_leftovers()
         not_applicable = self._disk_limits_without_a_disk()
         lim = self.limits
-        wanted = any(v is not None for v in (lim.ram_bytes, lim.read_bps, lim.write_bps,
-                                              lim.cpu_quota, lim.read_ahead_kb))
+        wanted = any(getattr(lim, k.limit) is not None for k in profile_keys.LIMITS)
         self.name = f"run-{owner_tag()}-{uuid.uuid4().hex[:8]}"
         try:
             if self.version is not None:
@@ -155,8 +154,8 @@ class RunCgroup:
             if wanted and not lim.allow_unenforced:
                 raise LimitError(f"cannot enforce the machine profile's limits ({exc}); set "
                                  "profile.allow_unenforced: true to run without them") from exc
-            self.in_force = {"ram_bytes": None, "read_bps": None, "write_bps": None,
-                             "cpu_quota": None, "error": str(exc)}
+            self.in_force = {**{k.limit: None for k in profile_keys.LIMITS
+                                if k.limit != "read_ahead_kb"}, "error": str(exc)}
             with contextlib.suppress(OSError, ValueError):
                 self.in_force["read_ahead_kb"] = DeviceReadahead(lim.device, None).current_kb()
         if not_applicable:
@@ -170,7 +169,7 @@ class RunCgroup:
         """The throttles and the CPU quota a deferred cgroup left out at open(): from now on."""
         if self.defer_to_decode and self.dirs:
             self._throttle_disk()
-            if any(getattr(self.limits, k) is not None for k in ("read_bps", "write_bps")):
+            if any(getattr(self.limits, k.limit) is not None for k in profile_keys.THROTTLES):
                 self.in_force["disk_throttle_from"] = "the first decode (the load read unthrottled)"
             if self.limits.cpu_quota is not None:
                 self._apply_quota()
@@ -382,10 +381,10 @@ class CgroupV1(RunCgroup):
 
     def _throttle_disk(self) -> None:
         lim, blk = self.limits, self.dirs["blkio"]
-        for key, name in (("read_bps", "read_bps_device"), ("write_bps", "write_bps_device")):
-            if getattr(lim, key) is not None:
-                (blk / f"blkio.throttle.{name}").write_text(f"{lim.device} {getattr(lim, key)}")
-                self.in_force[key] = getattr(lim, key)
+        for k in profile_keys.THROTTLES:  # every throttle of the disk the registry declares
+            if getattr(lim, k.limit) is not None:
+                (blk / k.v1_file).write_text(f"{lim.device} {getattr(lim, k.limit)}")
+                self.in_force[k.limit] = getattr(lim, k.limit)
                 self.in_force["device"] = lim.device
 
 
@@ -398,7 +397,7 @@ class CgroupV2(RunCgroup):
                 "oom": ("unified", "memory.events"), "cpu": ("unified", "cpu.stat")}
 
     # each limit and the controller it needs
-    CONTROLLERS = (("memory", "ram_bytes"), ("io", "read_bps"), ("io", "write_bps"),
+    CONTROLLERS = (("memory", "ram_bytes"), *(("io", k.limit) for k in profile_keys.THROTTLES),
                    ("cpu", "cpu_quota"))
 
     def _enable_controllers(self, parent: Path) -> None:
@@ -444,11 +443,12 @@ class CgroupV2(RunCgroup):
 
     def _throttle_disk(self) -> None:
         lim = self.limits
-        caps = [f"{k}={getattr(lim, key)}" for k, key in (("rbps", "read_bps"), ("wbps", "write_bps"))
-                if getattr(lim, key) is not None]
-        if caps:
-            (self.dirs["unified"] / "io.max").write_text(f"{lim.device} {' '.join(caps)}")
-            self.in_force.update(read_bps=lim.read_bps, write_bps=lim.write_bps, device=lim.device)
+        caps = {k.limit: getattr(lim, k.limit) for k in profile_keys.THROTTLES}
+        written = [f"{k.v2_key}={caps[k.limit]}" for k in profile_keys.THROTTLES
+                   if caps[k.limit] is not None]
+        if written:
+            (self.dirs["unified"] / "io.max").write_text(f"{lim.device} {' '.join(written)}")
+            self.in_force.update(caps, device=lim.device)
 
 
 def read_io_bytes(io_stat_file: str | HeldFile | None) -> dict:

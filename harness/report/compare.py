@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.analysis.tables import MACHINE_LIMITS
+
 TABLES = ("summary", "verdicts", "machine", "compute_ceiling", "io_ceiling")
 MACHINE_FACTS = ("hostname", "cpu_model", "cores", "ram_bytes", "kernel", "profile",
-                 "ram_budget_bytes", "read_bps_limit", "write_bps_limit", "cpu_quota", "cgroup",
-                 "slurm_job_id", "slurm_partition")
+                 *(column for column, _ in MACHINE_LIMITS), "slurm_job_id", "slurm_partition")
 
 
 class CompareError(ValueError):
