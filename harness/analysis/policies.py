@@ -191,8 +191,9 @@ def replay_of_run(run, layout: dict, policy: str, capacity: float) -> float:
 
 def policy_study(runs: pd.DataFrame, layouts: dict, ram_budget: float | None) -> Outcome:
     """Per model with a logged routing trace in these runs (one regime's): every policy's bytes
-    per window token at the capacity the floor uses (the RAM budget less the model's non-expert
-    tensors), replayed on its longest trace's own window."""
+    per window token at the capacity a cache mechanism has (the RAM budget less the model's
+    non-expert tensors, which it keeps; the floor's cache is larger by the token embedding but a
+    row a token), replayed on its longest trace's own window."""
     from harness.analysis import traces
 
     tables, notes = [], []

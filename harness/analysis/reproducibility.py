@@ -89,7 +89,7 @@ def configurations(new_runs: pd.DataFrame, old_runs: pd.DataFrame) -> pd.DataFra
         iv = _ratio(np.log(g[VALUE].to_numpy(float)), np.log(o[VALUE].to_numpy(float)))
         ratio, low, high = iv.ratio
         rows.append({**row, "n_old": len(o), "old_median": float(o[VALUE].median()),
-                     "ratio": ratio, "ci90_low": low, "ci90_high": high,
+                     "ratio": ratio, "ratio_ci90_low": low, "ratio_ci90_high": high,
                      "moved": bool(low > 1 or high < 1), "comparable": True, "why": ""})
     return pd.DataFrame(rows)
 
@@ -116,15 +116,18 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     (|ratio - 1|), and how many moved beyond their interval (the interval excludes 1)."""
     c = table[table.comparable.astype(bool)] if len(table) else table
     if c.empty:
-        return pd.DataFrame(columns=["profile", "configurations", "median_move", "largest_move",
-                                     "moved_beyond_interval"])
+        return pd.DataFrame(columns=["profile", "configurations", "median_move_fraction",
+                                     "largest_move_fraction", "largest_move_run_id",
+                                     "moved_configurations"])
     rows = []
     for profile, g in [*c.groupby("profile"), ("all", c)]:
         move = (g.ratio - 1).abs()
         rows.append({"profile": profile, "configurations": len(g),
-                     "median_move": float(move.median()), "largest_move": float(move.max()),
+                     "median_move_fraction": float(move.median()),
+                     "largest_move_fraction": float(move.max()),
                      "largest_move_run_id": g.loc[move.idxmax(), "run_id"],
-                     "moved_beyond_interval": int(g.moved.sum())})
+                     # moved beyond its interval: the repeats of one job do not explain it
+                     "moved_configurations": int(g.moved.sum())})
     return pd.DataFrame(rows)
 
 
