@@ -74,7 +74,7 @@ def configurations(new_runs: pd.DataFrame, old_runs: pd.DataFrame) -> pd.DataFra
     rows = []
     for (rid, profile), g in new.groupby(["run_id", "profile"], sort=True):
         row = {"run_id": rid, "profile": profile, "n_new": len(g),
-               "new_median": float(g[VALUE].median())}
+               "new_median": float(g[VALUE].median()), "cpu_quota_new": _quota(g)}
         o = old[(old.run_id == rid) & (old.profile == profile)]
         if (rid, profile) not in spec_old.index or o.empty:
             rows.append({**row, "comparable": False, "why": "not in the old study"})
@@ -89,9 +89,17 @@ def configurations(new_runs: pd.DataFrame, old_runs: pd.DataFrame) -> pd.DataFra
         iv = _ratio(np.log(g[VALUE].to_numpy(float)), np.log(o[VALUE].to_numpy(float)))
         ratio, low, high = iv.ratio
         rows.append({**row, "n_old": len(o), "old_median": float(o[VALUE].median()),
+                     "cpu_quota_old": _quota(o),
                      "ratio": ratio, "ratio_ci90_low": low, "ratio_ci90_high": high,
                      "moved": bool(low > 1 or high < 1), "comparable": True, "why": ""})
     return pd.DataFrame(rows)
+
+
+def _quota(runs: pd.DataFrame) -> float:
+    """The CPU quota the runs were held to (each job calibrates its own: on another machine the
+    same target is another quota); nan for none."""
+    q = pd.to_numeric(runs["cpu_quota"], errors="coerce") if "cpu_quota" in runs else pd.Series()
+    return float(q.median()) if q.notna().any() else float("nan")
 
 
 def _ratio(new_logs: np.ndarray, old_logs: np.ndarray) -> stats.Interval:
@@ -123,6 +131,8 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     for profile, g in [*c.groupby("profile"), ("all", c)]:
         move = (g.ratio - 1).abs()
         rows.append({"profile": profile, "configurations": len(g),
+                     "cpu_quota_old": float(g.cpu_quota_old.median()),
+                     "cpu_quota_new": float(g.cpu_quota_new.median()),
                      "median_move_fraction": float(move.median()),
                      "largest_move_fraction": float(move.max()),
                      "largest_move_run_id": g.loc[move.idxmax(), "run_id"],
