@@ -98,7 +98,9 @@ def configurations(new_runs: pd.DataFrame, old_runs: pd.DataFrame) -> pd.DataFra
 def _quota(runs: pd.DataFrame) -> float:
     """The CPU quota the runs were held to (each job calibrates its own: on another machine the
     same target is another quota); nan for none."""
-    q = pd.to_numeric(runs["cpu_quota"], errors="coerce") if "cpu_quota" in runs else pd.Series(dtype=float)
+    if "cpu_quota" not in runs:
+        return float("nan")
+    q = pd.to_numeric(runs["cpu_quota"], errors="coerce")
     return float(q.median()) if q.notna().any() else float("nan")
 
 
