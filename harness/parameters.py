@@ -82,6 +82,13 @@ PARAMETERS: tuple[Parameter, ...] = (
               "its measured window, the first one (and its start-up work) among them; the window "
               "is the rest of `tokens` (docs/benchmarks.md, Settling)", unit="tokens", minimum=1,
               maximum=1024, worker=True, cli=("--warmup-tokens",)),
+    Parameter("later_tokens", int, 0, "tokens the first repeat of a configuration decodes past "
+              "its measured window (tokens.csv phase `later`), outside every figure: they show "
+              "whether the window's rate held after it (runs.csv `later_tok_per_s`, "
+              "`window_over_later`; RESULTS.md, The window against the tokens after it). Other "
+              "repeats and re-runs decode none, and the record says so", unit="tokens",
+              minimum=0, maximum=256, sweepable=False, worker=True, cli=("--later-tokens",),
+              measured=False),
     Parameter("repeats", int, 3, "fresh-process repeats after a cold start, interleaved across "
               "entries", minimum=1, maximum=20, sweepable=False, measured=False),
     Parameter("time_limit_s", float, 1800, "per-run wall limit; a run past it is recorded as "

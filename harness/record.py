@@ -60,6 +60,8 @@ class WorkerSummary:
     """What the measured process reports when it ends (empty for a run killed before)."""
 
     tokens_completed: int | None = f("generated tokens decoded", "tokens")
+    later_tokens_completed: int | None = f("tokens decoded past the measured window (the first "
+                                           "repeat's `later_tokens`)", "tokens")
     prompt_tokens: list = f("the prompt's token ids", "", factory=list)
     generated_tokens: list = f("the generated token ids (greedy)", "", factory=list)
     generated_text: str | None = f("the generated text")
@@ -323,7 +325,8 @@ class Column:
 # one row per llama_decode: the prompt's (index -1) and each generated token's, in this order
 TOKEN_COLUMNS = (
     Column("index", "", "-1 for the prompt's batched decode, then 0, 1, ... per generated token"),
-    Column("phase", "", "`prompt` or `gen`"),
+    Column("phase", "", "`prompt`, `gen`, or `later` (past the measured window: the first "
+           "repeat's `later_tokens`)"),
     Column("n_tokens", "tokens", "tokens in the decode's batch"),
     Column("token_id", "", "the token sampled (greedy) after the decode"),
     Column("wall_s", "s", "the decode's wall time"),

@@ -104,3 +104,19 @@ def test_the_hooks_time_per_token_is_the_windows_not_the_warmups():
     assert window.window_mean(gen, "hook_s", 2) == 0.001
     assert window.window_mean(gen, "hook_s", 1) > 0.1
     assert window.window_mean(gen, "no_such_column", 2) != window.window_mean(gen, "no_such_column", 2)
+
+
+def test_the_window_against_the_tokens_after_it_holds_within_3_percent_or_not():
+    import pandas as pd
+
+    from harness.analysis import steady
+
+    runs = pd.DataFrame({"run_id": ["a", "a", "b", "c"], "repeat": [1, 2, 1, 1],
+                         "steady_tok_per_s": [1.0, 1.0, 1.0, 1.0],
+                         "later_tok_per_s": [0.98, float("nan"), 0.8, 1.02],
+                         "window_over_later": [1 / 0.98, float("nan"), 1.25, 1 / 1.02]})
+    t = steady.window_against_later(runs)
+    # repeat 2 decoded nothing past its window: not in the table
+    assert list(zip(t.run_id, t.repeat)) == [("a", 1), ("b", 1), ("c", 1)]
+    assert list(t.held) == [True, False, True]
+    assert steady.window_against_later(runs.drop(columns="later_tok_per_s")).empty

@@ -90,7 +90,14 @@ def test_final_has_results_plots_and_one_record_per_run(pipeline):
     # the longest routing trace feeds findings 2/3; the findings' speed tables hold only the
     # default-length runs, so the longer pread+madvise run is not mixed into its baseline
     text = (final / "RESULTS.md").read_text()
-    assert "Routing trace: run `routing-trace` repeat 1 (32 tokens" in text  # prompt 8 + 24
+    # prompt 8 + 24 + the 4 the first repeat decodes past its window (.test's later_tokens)
+    assert "Routing trace: run `routing-trace` repeat 1 (36 tokens" in text
+    # the first repeat of each configuration decoded past its window; the others did not, and
+    # no figure counts those tokens
+    first = runs[(runs.repeat == 1) & (runs.status == "ok")]
+    assert (first.later_tok_per_s > 0).all() and runs[runs.repeat == 2].later_tok_per_s.isna().all()
+    assert (runs.tokens_completed == runs.tokens).all()
+    assert "The window against the tokens after it" in text
     f7 = pd.read_csv(final / "tables/finding7_switches.csv")
     pm = every[(every.entry == "pread-madvise") & (every.model == "olmoe-q4")
                & ~every.mlock_non_expert]

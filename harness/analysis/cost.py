@@ -14,7 +14,8 @@ import pandas as pd
 
 from harness.record import measured_window, read_run
 
-PHASES = ("load", "prompt", "first token", "warm-up", "measured window", "rest of the run")
+PHASES = ("load", "prompt", "first token", "warm-up", "measured window", "past the window",
+          "rest of the run")
 
 
 def run_phases(record_path: Path) -> dict:
@@ -30,8 +31,9 @@ def run_phases(record_path: Path) -> dict:
     load = rec.summary.load_s or 0.0
     prompt = float(tok[tok.phase == "prompt"].wall_s.sum())
     total = rec.wall_s or 0.0
+    past = float(tok[tok.phase == "later"].wall_s.sum())  # the first repeat's later_tokens
     parts = {"load": load, "prompt": prompt, "first token": first, "warm-up": warm,
-             "measured window": window}
+             "measured window": window, "past the window": past}
     parts["rest of the run"] = max(0.0, total - sum(parts.values()))
     return parts
 

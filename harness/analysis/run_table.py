@@ -31,6 +31,7 @@ class Run:
         self.warmup = self.spec.warmup_tokens
         self.tok = pd.read_csv(self.path.parent / "tokens.csv")
         self.gen = self.tok[self.tok.phase == "gen"]
+        self.later = self.tok[self.tok.phase == "later"]  # past the window: in no figure
 
     def per(self, col: str) -> float:
         """Per generated token, the first included (nan: not recorded)."""
@@ -89,13 +90,18 @@ def _read_amplification(r: Run) -> float:
     return cg / routed if cg == cg and routed > 0 else NAN
 
 
+def _window_over_later(r: Run) -> float:
+    later = window.decode_rate(r.later)
+    return window.steady_rate(r.gen, r.warmup) / later if later > 0 else NAN
+
+
 def _decode_start_residency(r: Run):
     m = r.moment("before_first_decode")
     return m.residency if m else None
 
 
 def _decode_read(r: Run) -> float:
-    tok, n = r.tok, len(r.gen)
+    tok, n = r.tok[r.tok.phase != "later"], len(r.gen)
     ok = "cgroup_read_bytes" in tok and n and (tok.cgroup_read_bytes >= 0).all()
     return float(tok.cgroup_read_bytes.sum()) / n if ok else NAN
 
@@ -162,6 +168,11 @@ RUN_COLUMNS: tuple[Column, ...] = (
            lambda r: r.rec.summary.load_s),
     Column("prompt_tok_per_s", "tok/s", "the prompt's batched decode", "tokens.csv, prompt",
            lambda r: window.prompt_rate(r.tok)),
+    Column("later_tok_per_s", "tok/s", "the tokens decoded past the window (the first repeat's "
+           "`later_tokens`; empty: none)", "tokens.csv, later tokens",
+           lambda r: window.decode_rate(r.later)),
+    Column("window_over_later", "x", "the window's rate over the later tokens' (above 1: slower "
+           "after the window)", "tokens.csv", _window_over_later),
     Column("majflt_per_token", "count", "major page faults", _GEN, _per("majflt")),
     Column("bytes_prefetched_per_token", "bytes", "bytes the mechanism's syscalls returned", _GEN,
            _per("bytes_prefetched")),

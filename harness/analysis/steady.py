@@ -137,3 +137,21 @@ def drift(wall_s, bound: float = DRIFT_BOUND, read_bytes=None) -> Drift:
     low, high = (fit.slope - t * fit.stderr) * span, (fit.slope + t * fit.stderr) * span
     unsteady = low > bound or high < -bound
     return Drift(float(change), float(low), float(high), not unsteady, per_byte)
+
+
+# the window held when the tokens after it ran within this of its rate
+LATER_TOLERANCE = 0.03
+
+
+def window_against_later(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run that decoded tokens past its window (the first repeat's `later_tokens`): its
+    window's rate, the later tokens' and their ratio, and whether the window held (the later
+    rate within LATER_TOLERANCE of it). Empty where no run did."""
+    cols = ["run_id", "repeat", "steady_tok_per_s", "later_tok_per_s", "window_over_later"]
+    if "later_tok_per_s" not in runs:
+        return pd.DataFrame(columns=[*cols, "held"])
+    later = pd.to_numeric(runs.later_tok_per_s, errors="coerce")
+    out = runs.loc[later > 0, cols].copy()
+    out["held"] = (pd.to_numeric(out.window_over_later, errors="coerce") - 1).abs() \
+        <= LATER_TOLERANCE
+    return out.reset_index(drop=True)

@@ -200,6 +200,21 @@ def design_section(w: Writer, study: findings.Study) -> None:
     w.table("design", t, "findings")
 
 
+def later_section(w: Writer, runs: pd.DataFrame) -> None:
+    """Each run that decoded tokens past its window, the window's rate against theirs."""
+    from harness.analysis import steady
+
+    t = steady.window_against_later(runs)
+    if t.empty:
+        return
+    w.text("### The window against the tokens after it\n")
+    w.text(f"The first repeat of each configuration decodes `later_tokens` past its measured "
+           f"window (outside every figure): {int(t.held.sum())} of {len(t)} ran within "
+           f"{steady.LATER_TOLERANCE:.0%} of their window's rate after it (`held`); "
+           "`window_over_later` above 1: slower after the window.\n")
+    w.table("window_against_later", t, "findings")
+
+
 def policies_section(w: Writer, out: Outcome) -> None:
     """What each cache policy would read on this regime's own routing (the yardstick of a cache
     mechanism)."""

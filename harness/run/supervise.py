@@ -117,9 +117,12 @@ def run(spec: dict, out_dir: os.PathLike, *, lib_dir: str, build: dict, model_in
     run_record.check_spec(spec, f"run {spec.get('run_id')}")
     spec = run_record.Spec(**spec)
     out = Path(out_dir)
-    # the record holds the wait policy in force, not `auto`
+    # the record holds the wait policy in force, not `auto`, and the later tokens decoded: the
+    # first repeat's only (a sample of every configuration's rate after its window)
     spec = dataclasses.replace(spec, omp_wait_policy=resolve_wait_policy(spec.omp_wait_policy,
-                                                                         limits.cpu_quota))
+                                                                         limits.cpu_quota),
+                               later_tokens=spec.later_tokens if spec.repeat == 1
+                               and not spec.rerun else 0)
     model_path = model_info["path"]
     _check_inputs(model_path, json.loads(Path(layout_path).read_text()), limits, spec.mechanism)
     out.mkdir(parents=True, exist_ok=True)

@@ -155,6 +155,7 @@ class Worker:
         self.files: list = []
         self.moments: dict = {}
         self.generated: list[int] = []
+        self.later: list[int] = []  # tokens past the measured window
         self.routed_total = self.prefetched_total = self.mismatches = 0
         self.clock = counters.TokenClock(counters.CounterFiles(**p.counters))
         self.counters = ProcessCounters(p.cgroup_io_stat)
@@ -220,7 +221,7 @@ class Worker:
             raise WorkerError(f"tokenizing the prompt failed ({n_prompt})")
         self.prompt_tokens = list(buf[:n_prompt])
         cp = llama.llama_context_default_params()
-        cp.n_ctx = n_prompt + p.tokens + 8
+        cp.n_ctx = n_prompt + p.tokens + p.later_tokens + 8
         cp.n_batch = cp.n_ubatch = max(n_prompt, 32)
         cp.n_threads = cp.n_threads_batch = p.threads
         self.experts_part = self._open("experts.csv.part", EXPERT_FIELDS, 1 << 16)
@@ -321,7 +322,9 @@ class Worker:
             return (b[key] - a[key]) if a[key] >= 0 else -1
 
         return {
-            "index": index, "phase": "prompt" if index < 0 else "gen", "n_tokens": n,
+            "index": index, "n_tokens": n,
+            # past the measured window (the first repeat's later_tokens): outside every figure
+            "phase": "prompt" if index < 0 else "gen" if index < self.p.tokens else "later",
             "token_id": int(logits.argmax()),  # greedy
             "wall_s": f"{wall:.6f}", "majflt": ru1.ru_majflt - ru0.ru_majflt,
             "minflt": ru1.ru_minflt - ru0.ru_minflt,
@@ -353,14 +356,17 @@ class Worker:
             self.mech_part.flush()
 
     def decode_all(self) -> None:
-        """Prompt processing is its own row (index -1); then one row per generated token."""
-        total = self.p.tokens
+        """Prompt processing is its own row (index -1); then one row per generated token, and
+        one per token decoded past the window (`later_tokens`, phase `later`)."""
+        total = self.p.tokens + self.p.later_tokens
         batch, pos = self.prompt_tokens, 0
         t_start = time.time()
         for index in range(-1, total):
             row = self.decode_one(index, batch, pos)
             self.write_row(row)
-            if index >= 0:
+            if index >= self.p.tokens:
+                self.later.append(row["token_id"])
+            elif index >= 0:
                 self.generated.append(row["token_id"])
                 done = index + 1
                 if done % max(1, total // 8) == 0 or done == total:
@@ -380,7 +386,7 @@ class Worker:
         start, length, moff = self.mapping
         return {
             "tokens_completed": len(self.generated), "prompt_tokens": self.prompt_tokens,
-            "generated_tokens": self.generated,
+            "generated_tokens": self.generated, "later_tokens_completed": len(self.later),
             "generated_text": b"".join(pieces).decode("utf-8", "replace"),
             "load_s": self.load_s, "model_moments": self.moments,
             "mlocked_bytes": self.locked_bytes, "mlocked_tensors": self.locked_count,
