@@ -310,7 +310,9 @@ def _collect(work: Path, out: Path, spec: run_record.Spec) -> dict:
     summary = {}
     if (work / "worker.json").exists():
         summary = json.loads((work / "worker.json").read_text())
-    return {"tokens_completed": summary.get("tokens_completed", max(0, n_tok_rows - 1)),
+    # a killed worker wrote no summary: its rows less the prompt's, past-the-window ones aside
+    return {"tokens_completed": summary.get("tokens_completed",
+                                            max(0, min(n_tok_rows - 1, spec.tokens))),
             "summary": summary}
 
 
