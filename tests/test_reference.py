@@ -44,7 +44,7 @@ def method_phrases() -> list[str]:
             f"{stats.POWER:.0%} power", f"within {counters.IDENTITY_TOLERANCE:.0%}",
             f"at least {attribution.BOUND_SHARE:.0%}",
             f"more than {flags.STEAL_BOUND:.0%}", f"by more than {flags.MEAN_MEDIAN_GAP:.0%}",
-            f"beyond {steady.DRIFT_BOUND:.0%}"]
+            f"beyond {steady.DRIFT_BOUND:.0%}", f"within {steady.LATER_TOLERANCE:.0%}"]
 
 
 @pytest.mark.parametrize("doc", ["README.md", "config/README.md"])
