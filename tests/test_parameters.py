@@ -61,7 +61,7 @@ def test_one_spec_from_the_config_to_the_record_and_the_worker():
     with pytest.raises(TypeError, match="threads"):
         WorkerParams(out_dir="o", layout="l", lib_dir=None, model_path="m", mechanism="none")
     # what the registry declares as not measured is what a run's identity leaves out
-    assert parameters.NOT_MEASURED == ("repeats", "time_limit_s")
+    assert parameters.NOT_MEASURED == ("later_tokens", "repeats", "time_limit_s")
 
 
 def test_an_adhoc_spec_is_one_the_record_holds():

@@ -154,8 +154,8 @@ def finding_ratios(new_tables: Path, old_tables: Path) -> pd.DataFrame:
         new, old = pd.read_csv(path), pd.read_csv(old_path)
         ratios = [c for c in new.columns if RATIO_COLUMN.search(c) and c in old
                   and pd.api.types.is_numeric_dtype(new[c])]
-        keys = [c for c in new.columns if c in old and new[c].dtype == object
-                and c not in TEXT_COLUMNS]
+        keys = [c for c in new.columns if c in old and c not in TEXT_COLUMNS
+                and (pd.api.types.is_string_dtype(new[c]) or new[c].dtype == object)]
         if not ratios or not keys:
             continue
         merged = new.merge(old, on=keys, suffixes=("_new", "_old"))
