@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import profile_keys
 from harness.box import pagecache
 from harness.stages import ceilings
 from harness.box.limits import Limits, cgroup_version, run_cgroup
@@ -140,3 +141,18 @@ def test_eviction_brings_residency_near_zero(tmp_path):
     before, after = pagecache.cold_start(f)
     assert before > 0.99 and after < 0.01
     assert pagecache.residency(f) < 0.01  # measured again, independently of cold_start's answer
+
+
+@pytest.mark.parametrize("key", [k.name for k in profile_keys.THROTTLES])
+def test_every_declared_throttle_reaches_the_kernel_and_the_record(tmp_path, key):
+    """Each throttle of the disk harness.profile_keys declares is written to its own cgroup file
+    and recorded in force: a new throttle is its declaration, nothing in box.limits."""
+    k = profile_keys.BY_NAME[key]
+    value = 123_456_789 if k.unit == "bytes/s" else 321
+    with run_cgroup(Limits(**{k.limit: value}, device_path=str(tmp_path))) as cg:
+        assert cg.in_force[k.limit] == value
+        if cg.version == 1:
+            written = (cg.dirs["blkio"] / k.v1_file).read_text().split()
+            assert written == [cg.limits.device, str(value)]
+        else:
+            assert f"{k.v2_key}={value}" in (cg.dirs["unified"] / "io.max").read_text()
