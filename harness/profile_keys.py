@@ -64,6 +64,11 @@ KEYS: tuple[ProfileKey, ...] = (
                "root cgroup), which every record shows", unit="bytes/s", limit="write_bps",
                disk=True, cli=True, column="write_bps_limit",
                v1_file="blkio.throttle.write_bps_device", v2_key="wbps"),
+    ProfileKey("read_iops", INTEGER, "disk read operations per second cap on the models' disk "
+               "(null = none): a device that serves fewer slab reads a second than this one",
+               unit="IO/s", minimum=1, limit="read_iops", disk=True, cli=True,
+               column="read_iops_limit", v1_file="blkio.throttle.read_iops_device",
+               v2_key="riops"),
     ProfileKey("read_ahead_kb", INTEGER, "the models' block device read_ahead_kb during every "
                "measurement, restored afterwards (null = leave the device as it is; recorded "
                "either way)", unit="KiB", minimum=0, limit="read_ahead_kb", disk=True, cli=True,
