@@ -106,8 +106,8 @@ def calibrate(measure: Callable[[float | None], float], target: float, *, cpus: 
            "tolerance": tolerance}
     if best:
         # measured again like a step (two that agree, a third when they do not): one unlucky
-        # measurement must not end a main job (vm-2026-12-07's first try: 2.132 and 2.098 tok/s
-        # at 0.0661 CPUs, then one check of 1.640); a machine that changed still fails
+        # measurement must not end a main job (one of 2026-12-07 stopped here: 2.132 and
+        # 2.098 tok/s at 0.0661 CPUs, then one check of 1.640); a machine that changed still fails
         again = _steady(measure, best["cpu_quota"])
         check = again["tok_per_s"]
         log.info("calibration: check at %.4f CPUs -> %.3f tok/s %s", best["cpu_quota"], check,
