@@ -119,10 +119,15 @@ def test_a_cached_model_under_a_tiny_quota_is_cpu_bound_and_a_cold_one_on_a_slow
                 evict_after_load=True)
     assert disk["regime"] == DISK_BOUND, disk
     assert disk["io_wait_share"] > 0.6 and disk["throttled_share"] == 0
-    for name, r in (("cpu", cpu), ("disk", disk)):  # the parts explain most tokens within 10%
-        assert r["identity_ok_share"] >= 0.6, r
+    for name, r in (("cpu", cpu), ("disk", disk)):
+        # the parts explain most tokens within 10%, or within the counters' millisecond where a
+        # token takes a few (on a faster machine a tiny model's unthrottled token is 1-4 ms, of
+        # which 0.4-0.6 ms went unexplained: runs.csv's identity_ok_share, at 10% alone, was
+        # 0.56-0.78 there); a part left out (a 235 ms throttle) would fail both
+        tok = pd.read_csv(tmp_path / name / "tokens.csv").iloc[2:]
+        explained = (tok.unexplained_s.abs() <= 0.10 * tok.wall_s) | (tok.unexplained_s.abs() < 1e-3)
+        assert explained.mean() >= 0.8, tok
         # and the typical token entirely (the mean share is not asserted: on tokens of a
         # millisecond one CFS wait landing between the decode's clock and the thread's counters
         # is 245 ms of run-queue wait outside the token)
-        tok = pd.read_csv(tmp_path / name / "tokens.csv").iloc[2:]
         assert (tok.unexplained_s / tok.wall_s).abs().median() < 0.10, tok
