@@ -127,7 +127,8 @@ def test_a_cached_model_under_a_tiny_quota_is_cpu_bound_and_a_cold_one_on_a_slow
         tok = pd.read_csv(tmp_path / name / "tokens.csv").iloc[2:]
         explained = (tok.unexplained_s.abs() <= 0.10 * tok.wall_s) | (tok.unexplained_s.abs() < 1e-3)
         assert explained.mean() >= 0.8, tok
-        # and the typical token entirely (the mean share is not asserted: on tokens of a
-        # millisecond one CFS wait landing between the decode's clock and the thread's counters
-        # is 245 ms of run-queue wait outside the token)
-        assert (tok.unexplained_s / tok.wall_s).abs().median() < 0.10, tok
+        # and the typical token entirely, beyond the counters' millisecond (the mean share is
+        # not asserted: on tokens of a millisecond one CFS wait landing between the decode's
+        # clock and the thread's counters is 245 ms of run-queue wait outside the token)
+        beyond = (tok.unexplained_s.abs() - 1e-3).clip(lower=0)
+        assert (beyond / tok.wall_s).median() < 0.10, tok

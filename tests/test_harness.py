@@ -370,8 +370,9 @@ def test_time_limit_is_a_result(manifest, tiny_models, tmp_path):
     victim = tmp_path.parent / f"{tmp_path.name}-victim"
     victim.write_text("not yours")
     (tmp_path / "worker.log").symlink_to(victim)
+    # 2 s: on a machine that decodes the tiny model at ~1 ms a token, 4000 tokens took about 3
     rec = run(manifest, tiny_models["olmoe-tiny-Q4_K_M"], tmp_path, spec("none", tokens=4000),
-              time_limit=3)
+              time_limit=2)
     assert rec.status == "killed: time"
     tok = pd.read_csv(tmp_path / "tokens.csv")
     assert rec.tokens_completed == len(tok) - 1 and rec.tokens_completed > 0
@@ -541,7 +542,9 @@ def test_hook_ab_switches_the_hook_off_for_every_other_token(manifest, tiny_mode
     gen = tok[tok.phase == "gen"]
     assert list(gen.hook_on) == [1 - i % 2 for i in range(len(gen))]
     assert (tok[tok.phase == "prompt"].hook_on == 1).all()
-    assert (gen[gen.hook_on == 0].hook_s == 0).all() and (gen[gen.hook_on == 1].hook_s > 0).all()
+    # (a hook-on token's own hook time can round to 0 at the microsecond: what it routed,
+    # below, says the hook ran)
+    assert (gen[gen.hook_on == 0].hook_s == 0).all() and gen[gen.hook_on == 1].hook_s.sum() > 0
     n_prompt = len(rec.summary.prompt_tokens)
     routed = set(pd.read_csv(tmp_path / "experts.csv").token)
     assert routed == set(range(n_prompt)) | {n_prompt + i for i in gen[gen.hook_on == 1]["index"]}
