@@ -45,7 +45,7 @@ def runs_needed(var_a: float, var_b: float, effect: float, most: int = MOST_RUNS
         sa, sb = var_a / n, var_b / n
         da, db = prior_df_a + n - 1, prior_df_b + n - 1
         se = math.sqrt(sa + sb)
-        df = (sa + sb) ** 2 / (sa ** 2 / da + sb ** 2 / db) if sa + sb > 0 else da + db
+        df = stats.welch_df(sa, sb, da, db)
         if (sps.t.ppf(1 - stats.ALPHA, df) + sps.t.ppf(stats.POWER, df)) * se <= target:
             return n
     return None

@@ -117,8 +117,8 @@ def _ratio(new_logs: np.ndarray, old_logs: np.ndarray) -> stats.Interval:
     sa, sb = va / na, vb / nb
     se = math.sqrt(sa + sb)
     da, db = max(na - 1, 1), max(nb - 1, 1)
-    df = (sa + sb) ** 2 / (sa ** 2 / da + sb ** 2 / db) if sa + sb > 0 else da + db
-    return stats.Interval(est, se, df, na, nb, "Welch, each job's own repeats")
+    return stats.Interval(est, se, stats.welch_df(sa, sb, da, db), na, nb,
+                          "Welch, each job's own repeats")
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:

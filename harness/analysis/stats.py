@@ -194,6 +194,16 @@ class Interval:
         return f"{r} (90% CI {lo}-{hi}; n {self.n_a} vs {self.n_b}, {self.method})"
 
 
+def welch_df(sa: float, sb: float, da: float, db: float) -> float:
+    """Welch-Satterthwaite's df of a difference whose sides have squared standard errors sa, sb
+    on da, db degrees of freedom (a side with none, da or db 0, contributes no df); without
+    variance, the two df summed."""
+    if not sa + sb > 0:
+        return da + db
+    return (sa + sb) ** 2 / ((sa ** 2 / da if da else math.inf)
+                             + (sb ** 2 / db if db else math.inf))
+
+
 def compare(pool: Pool, a, b) -> Interval:
     """The interval of log tok/s of configuration a over b (nan, so inconclusive, where either has
     no run with a positive value: a log ratio of zeros says nothing). Each side's variance is its
@@ -209,7 +219,7 @@ def compare(pool: Pool, a, b) -> Interval:
     (va, da), (vb, db) = pool.moderated(a), pool.moderated(b)
     sa, sb = va / na, vb / nb
     se = math.sqrt(sa + sb)
-    df = (sa + sb) ** 2 / (sa ** 2 / da + sb ** 2 / db)
+    df = welch_df(sa, sb, da, db)
     return Interval(ma - mb, se, df, na, nb,
                     f"moderated SDs {math.sqrt(va):.3f}, {math.sqrt(vb):.3f} (prior df {pool.d0:.1f})")
 
@@ -387,9 +397,7 @@ def against_measured(pool: Pool, cfg, samples) -> Interval:
     var, df = pool.moderated(cfg) if pool.df else (float("nan"), 0)
     sa, sb = var / n, float(logs.var(ddof=1)) / len(logs)
     se = math.sqrt(sa + sb)
-    welch = ((sa + sb) ** 2 / ((sa ** 2 / df if df else math.inf) + sb ** 2 / (len(logs) - 1))
-             if sa + sb > 0 else float(len(logs) - 1))
-    return Interval(float(logs.mean()) - m, se, welch, n, len(logs),
+    return Interval(float(logs.mean()) - m, se, welch_df(sa, sb, df, len(logs) - 1), n, len(logs),
                     f"against {len(logs)} measurements of it")
 
 
