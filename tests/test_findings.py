@@ -193,6 +193,9 @@ def test_finding7_judges_the_studys_write_in_place_and_shows_the_sync_variant_be
     sync_slow = rows("wip-sync", [0.3, 0.3], cgroup_write_bytes_per_token=390e6,
                      writeback="sync", **slow)
     assert verdict("7", study(PM, kernel_fast, sync_slow)) == FAILS
+    # nothing of the finding ran: not run, not inconclusive; only the sync variant: inconclusive
+    assert verdict("7", study(PM)) == NOT_RUN
+    assert verdict("7", study(PM, sync_slow)) == INCONCLUSIVE
 
 
 def test_finding8_every_mechanism_against_pread_madvise():

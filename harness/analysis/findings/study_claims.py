@@ -285,9 +285,13 @@ class SwitchesFinding(Finding):
                          "baseline_majflt_per_token": base.majflt_per_token.median(),
                          "in_verdict": not label.endswith("beside)"),
                          "verdict": v.verdict, "why": v.reason})
-        if not parts:
-            return Outcome(Verdict(INCONCLUSIVE, "no mlock/write-in-place/threadpool runs"),
-                           {"finding7_switches": pd.DataFrame(rows)} if rows else {})
+        if not rows:  # nothing of this finding ran in this regime
+            return Outcome(Verdict(NOT_RUN, "no pread+madvise runs, or none of mlock, the "
+                                            "study's write-in-place and threadpool, here"))
+        if not parts:  # only our sync variant ran: shown, not judged
+            return Outcome(Verdict(INCONCLUSIVE, "only write-in-place with `writeback: sync` "
+                                                 "ran; the study's switches did not"),
+                           {"finding7_switches": pd.DataFrame(rows)})
         return Outcome(stats.family(parts, "mlock faster, the other two slower"),
                        {"finding7_switches": pd.DataFrame(rows)})
 
