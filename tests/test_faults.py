@@ -217,6 +217,35 @@ def test_a_killed_io_ceiling_leaves_no_test_file(tmp_path):
     assert not run_cgroups()
 
 
+@needs_cgroups
+def test_the_reaper_frees_a_task_a_dead_supervisors_throttle_holds(tmp_path, monkeypatch):
+    """A SIGKILLed supervisor's worker dies with it but can stay in its cgroup, asleep in a read
+    the throttle holds back: the next measurement's reaper lifts the throttle and removes it."""
+    from harness.box import limits as limits_mod
+    from harness.stages.ceilings import make_test_file
+
+    data = tmp_path / "data.bin"
+    make_test_file(data, 96 << 20)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    monkeypatch.setattr(limits_mod, "owner_tag", lambda: f"{dead.pid}-{host_tag()}")
+    cg = limits_mod.run_cgroup(Limits(read_bps=1_000_000, device_path=str(data))).open()
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "harness.stages.ceilings", "odirect", str(data), "0",
+         str(96 << 20)], preexec_fn=cg.enter, stdout=subprocess.DEVNULL, cwd=ROOT)
+    deadline = time.time() + 30
+    while time.time() < deadline and cg.io_bytes()["read"] < (8 << 20):
+        time.sleep(0.1)
+    time.sleep(1.0)  # past any first burst: held back by the throttle now
+    reader.kill()
+    time.sleep(0.5)
+    assert reader.poll() is None, "the killed reader should still be asleep in its read"
+    monkeypatch.undo()
+    limits_mod.reap_stale()
+    assert not run_cgroups(), "the dead supervisor's cgroup was not reaped"
+    assert reader.wait(timeout=10) == -signal.SIGKILL
+
+
 def test_the_reaper_judges_only_its_own_hosts_leftovers(tmp_path):
     from harness.util import left_by_dead_process
 

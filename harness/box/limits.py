@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import signal
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -68,10 +69,38 @@ def reap_stale() -> list[Path]:
         if not parent.is_dir():
             continue
         for d in left_by_dead_process(parent.glob("run-*")):
-            with contextlib.suppress(OSError):
-                d.rmdir()
+            if _release(d):
                 removed.append(d)
     return removed
+
+
+def _release(d: Path, timeout_s: float = 10.0) -> bool:
+    """Remove a dead supervisor's cgroup. Its worker was SIGKILLed with it (die_with_parent) but
+    may still be inside, asleep in a read the disk throttle holds back (2 MB/s: seconds): lift
+    the cgroup's throttles so the read completes and the task can exit, kill what is left, and
+    retry until the cgroup is empty."""
+    for k in profile_keys.THROTTLES:
+        with contextlib.suppress(OSError, ValueError):
+            for line in (d / k.v1_file).read_text().splitlines():
+                (d / k.v1_file).write_text(f"{line.split()[0]} 0")  # 0: no limit
+    with contextlib.suppress(OSError, ValueError):
+        for line in (d / "io.max").read_text().splitlines():
+            (d / "io.max").write_text(f"{line.split()[0]} rbps=max wbps=max riops=max wiops=max")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            d.rmdir()
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            with contextlib.suppress(OSError, ValueError):
+                for pid in (d / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(int(pid), signal.SIGKILL)
+            time.sleep(0.1)
 
 
 def _device(self) -> str:
