@@ -42,6 +42,10 @@ def test_shipped_configs_are_valid_and_expand_readably():
     by_id = {r.run_id: r for r in runs}
     assert (by_id["baseline@disk-box"].tokens, by_id["baseline@disk-box"].warmup_tokens) == (36, 4)
     assert (by_id["baseline@seed-box"].tokens, by_id["baseline@seed-box"].warmup_tokens) == (20, 4)
+    # the window against the 16 tokens after it: demand paging, the study's design, findings 11-13
+    assert {i.split("@")[0] for i, r in by_id.items() if r.later_tokens == 16} == {
+        "baseline", "pread-madvise", "pread-madvise-mlock", "odirect-cache", "expert-cache",
+        "wait-policy-libgomp", "wait-policy-passive"}
     assert validate_config(yaml.safe_load((ROOT / ".test/config/experiments.yaml").read_text()))
 
 
