@@ -1,7 +1,10 @@
 """The steady window: chosen from settling curves so its figure moves by less than 3% when
 doubled, and each run's window judged steady or not by its trend (each way)."""
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from harness.analysis import steady
 
@@ -120,3 +123,60 @@ def test_the_window_against_the_tokens_after_it_holds_within_3_percent_or_not():
     assert list(zip(t.run_id, t.repeat)) == [("a", 1), ("b", 1), ("c", 1)]
     assert list(t.held) == [True, False, True]
     assert steady.window_against_later(runs.drop(columns="later_tok_per_s")).empty
+
+
+REFERENCE_RUNS = Path(__file__).resolve().parents[1] / "reference/vm-2026-12-06/results/runs"
+
+
+def _window_of(run: str, warmup: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """A committed reference run's measured window: per-token wall times and bytes read."""
+    import pandas as pd
+
+    tok = pd.read_csv(REFERENCE_RUNS / run / "rep1/tokens.csv")
+    gen = tok[tok.phase == "gen"].iloc[warmup:]
+    return gen.wall_s.to_numpy(float), gen.cgroup_read_bytes.to_numpy(float)
+
+
+@pytest.mark.parametrize("run", ["pread-madvise-mlock@disk-box", "pread-madvise-mlock@seed-box"])
+def test_the_drift_checks_stated_power_is_what_it_flags_on_real_token_noise(run):
+    """Drawn from a reference window's own token noise (its residuals about the fitted line,
+    resampled: not Gaussian): a drift of the size the check states it detects is flagged about
+    DRIFT_POWER of the time, a flat window about never, and power() agrees with the rate."""
+    wall, read = _window_of(run)
+    y = wall / read
+    x = np.arange(len(y), dtype=float)
+    fit = np.polyfit(x, y, 1)
+    resid = y - np.polyval(fit, x)
+    base = steady.drift(wall, read_bytes=read)
+    detectable = base.detectable
+    assert base.se > 0 and base.df == len(y) - 2 and detectable > steady.DRIFT_BOUND
+    assert abs(base.power(detectable) - steady.DRIFT_POWER) < 1e-6
+    assert base.power(0.0) < 0.05 and base.power(1.0) > base.power(detectable)
+    rng = np.random.default_rng(7)
+    mean = y.mean()
+
+    def flagged(change: float, n: int = 600) -> float:
+        line = mean * (1 + change * (x / x[-1] - 0.5))  # `change` across the window
+        hits = 0
+        for _ in range(n):
+            sim = (line + rng.choice(resid, len(y), replace=True)) * read
+            hits += not steady.drift(sim, read_bytes=read).steady
+        return hits / n
+
+    assert flagged(0.0) <= 0.05
+    rate = flagged(detectable)
+    assert abs(rate - steady.DRIFT_POWER) < 0.12, rate  # what power() states is what it flags
+    assert flagged(detectable / 2) < rate
+
+
+def test_the_drift_power_table_states_what_each_configurations_windows_could_see():
+    import pandas as pd
+
+    runs = pd.DataFrame({"configuration": ["a", "a", "b", "b"],
+                         "window_drift_detectable": [0.18, 0.3, 0.5, "nan"],
+                         "window_drift_power": [0.6, 0.2, 0.05, 0.1]})
+    t = steady.drift_power_table(runs).set_index("configuration")
+    assert t.loc["a", "runs"] == 2 and t.loc["b", "runs"] == 1  # b's second run: not judged
+    assert t.loc["a", "detectable_max"] == 0.3 and t.loc["a", "power_median"] == 0.4
+    assert t.loc["a", "power_min"] == 0.2 and t.loc["b", "power_median"] == 0.05
+    assert steady.drift_power_table(pd.DataFrame({"configuration": ["a"]})).empty

@@ -162,6 +162,12 @@ RUN_COLUMNS: tuple[Column, ...] = (
     Column("window_drift_high", "fraction", "its high end", _STEADY, lambda r: r.drift.high),
     Column("window_steady", "", "false: the drift's whole 90% interval is beyond +-15%; the "
            "repeat is flagged like a disturbed one", _STEADY, lambda r: r.drift.steady),
+    Column("window_drift_detectable", "fraction", "the smallest drift across the window the "
+           "check flags with 80% probability at this window's own noise (its stated power; "
+           "harness.analysis.steady.Drift.detectable)", _STEADY, lambda r: r.drift.detectable),
+    Column("window_drift_power", "fraction", "the probability that the check flags a 10% drift "
+           "across this window at its own noise (harness.analysis.steady.Drift.power)", _STEADY,
+           lambda r: r.drift.power()),
     Column("run_wall_s", "s", "the measured process's wall time, load included", "run.json",
            lambda r: r.rec.wall_s),
     Column("load_s", "s", "the model load's wall time", "run.json summary",

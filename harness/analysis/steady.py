@@ -19,6 +19,12 @@ DOUBLING_TOLERANCE = 0.03
 # surely drifts by more than this over the window: the fitted line's change from the window's
 # first token to its last, over its mean, with its whole 90% interval beyond the bound
 DRIFT_BOUND = 0.15
+# the check's stated power: the drift across the window it should flag (#48: 10%) and with what
+# probability; each run's window says what it could flag (Drift.detectable) and how likely it
+# flags this one (Drift.power). With the bound at 15% no window flags a 10% drift more often
+# than not: RESULTS.md says so per configuration
+DRIFT_EFFECT = 0.10
+DRIFT_POWER = 0.80
 
 
 def window_rate(wall_s, start: int, length: int) -> float:
@@ -102,6 +108,30 @@ class Drift:
     high: float
     steady: bool
     per_byte: bool = False
+    se: float = float("nan")  # the change's standard error, from the line's residuals
+    df: int = 0  # their degrees of freedom (tokens - 2)
+
+    def power(self, effect: float = DRIFT_EFFECT, bound: float = DRIFT_BOUND) -> float:
+        """The probability that this check flags a window whose true drift is `effect` (either
+        sign), at this window's own noise: its estimate, spread like a t with the residuals'
+        degrees of freedom around `effect`, must clear the bound by the interval's half-width."""
+        from scipy import stats as sps
+
+        if not (self.se > 0) or self.df < 1:
+            return float("nan")
+        t = sps.t.ppf(0.95, self.df)
+        return float(sps.t.sf((bound - abs(effect)) / self.se + t, self.df))
+
+    @property
+    def detectable(self) -> float:
+        """The smallest drift across the window this check flags with DRIFT_POWER probability at
+        this window's own noise (nan where it could not be judged)."""
+        from scipy import stats as sps
+
+        if not (self.se > 0) or self.df < 1:
+            return float("nan")
+        return float(DRIFT_BOUND + (sps.t.ppf(0.95, self.df) + sps.t.ppf(DRIFT_POWER, self.df))
+                     * self.se)
 
     @property
     def why(self) -> str:
@@ -136,7 +166,28 @@ def drift(wall_s, bound: float = DRIFT_BOUND, read_bytes=None) -> Drift:
     change = fit.slope * span
     low, high = (fit.slope - t * fit.stderr) * span, (fit.slope + t * fit.stderr) * span
     unsteady = low > bound or high < -bound
-    return Drift(float(change), float(low), float(high), not unsteady, per_byte)
+    return Drift(float(change), float(low), float(high), not unsteady, per_byte,
+                 float(fit.stderr * span), n - 2)
+
+
+def drift_power_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration: the drift its windows could flag with DRIFT_POWER probability
+    (runs.csv `window_drift_detectable`), median and largest, and the probability that they
+    flag a DRIFT_EFFECT drift (`window_drift_power`), median and smallest: the check's stated
+    power, run by run. Empty where no run has them."""
+    cols = ["window_drift_detectable", "window_drift_power"]
+    if any(c not in runs for c in cols) or "configuration" not in runs:
+        return pd.DataFrame()
+    d = runs.assign(**{c: pd.to_numeric(runs[c], errors="coerce") for c in cols}).dropna(
+        subset=cols)
+    if d.empty:
+        return pd.DataFrame()
+    g = d.groupby("configuration", sort=True)
+    return pd.DataFrame({"runs": g.size(),
+                         "detectable_median": g.window_drift_detectable.median(),
+                         "detectable_max": g.window_drift_detectable.max(),
+                         "power_median": g.window_drift_power.median(),
+                         "power_min": g.window_drift_power.min()}).reset_index()
 
 
 # the window held when the tokens after it ran within this of its rate

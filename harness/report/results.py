@@ -15,8 +15,9 @@ from harness.analysis import breakdown, findings, limit, policies, stats, tables
 from harness.report.inputs import ReportInputs, load, regime_of
 from harness.report.sections import (attribution_section, breakdown_section, ceilings_section,
                                      closing_section, configurations_section, design_section,
-                                     distance_section, findings_section, header_section,
-                                     later_section, policies_section)
+                                     distance_section, drift_power_section,
+                                     findings_section, header_section, later_section,
+                                     policies_section)
 from harness.report.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ def write_findings(inputs: ReportInputs, outputs: dict, config: dict) -> None:
             summ, sub.all_runs, sub.layouts,
             limit.Ceilings(ceil.io_by_path, ceil.moe_ceiling, sub.limits)), ceil, sub.limits)
         later_section(rw, sub.all_runs)
+        drift_power_section(rw, sub.all_runs)
         effect = config["profiles"][name].get("min_effect")
         rw.text(f"Minimum effect of a directional verdict in this regime: "
                 f"{stats.MIN_EFFECT if effect is None else effect:.0%}"

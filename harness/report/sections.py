@@ -208,11 +208,30 @@ def later_section(w: Writer, runs: pd.DataFrame) -> None:
     if t.empty:
         return
     w.text("### The window against the tokens after it\n")
-    w.text(f"The first repeat of each configuration decodes `later_tokens` past its measured "
-           f"window (outside every figure): {int(t.held.sum())} of {len(t)} ran within "
-           f"{steady.LATER_TOLERANCE:.0%} of their window's rate after it (`held`); "
+    w.text(f"The first repeat of each configuration with `later_tokens` decodes that many tokens "
+           f"past its measured window (outside every figure): {int(t.held.sum())} of {len(t)} ran "
+           f"within {steady.LATER_TOLERANCE:.0%} of their window's rate after it (`held`); "
            "`window_over_later` above 1: slower after the window.\n")
     w.table("window_against_later", t, "findings")
+
+
+def drift_power_section(w: Writer, runs: pd.DataFrame) -> None:
+    """What the drift check could see in each configuration's windows: its stated power."""
+    from harness.analysis import steady
+
+    t = steady.drift_power_table(runs)
+    if t.empty:
+        return
+    w.text("### What the drift check can see\n")
+    w.text(f"A window is flagged (and its repeat measured again) when the whole 90% interval of "
+           f"its fitted drift lies beyond +-{steady.DRIFT_BOUND:.0%}. At each window's own noise, "
+           f"`detectable` is the smallest drift it flags with {steady.DRIFT_POWER:.0%} "
+           f"probability ({t.detectable_median.median():.0%} in the median configuration here) "
+           f"and `power` the probability that it flags a {steady.DRIFT_EFFECT:.0%} drift "
+           f"({t.power_median.median():.0%}; at most {t.power_median.max():.0%} in any "
+           "configuration): a drift smaller than `detectable` can pass unseen, and the window "
+           "against the tokens after it is the evidence that it did not.\n")
+    w.table("drift_power", t, "findings")
 
 
 def policies_section(w: Writer, out: Outcome) -> None:
