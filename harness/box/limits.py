@@ -77,30 +77,40 @@ def reap_stale() -> list[Path]:
 def _release(d: Path, timeout_s: float = 10.0) -> bool:
     """Remove a dead supervisor's cgroup. Its worker was SIGKILLed with it (die_with_parent) but
     may still be inside, asleep in a read the disk throttle holds back (2 MB/s: seconds): lift
-    the cgroup's throttles so the read completes and the task can exit, kill what is left, and
-    retry until the cgroup is empty."""
+    the cgroup's throttles (every one the registry declares) so the read completes, kill what is
+    left and wait for it to leave, then remove the cgroup."""
     for k in profile_keys.THROTTLES:
         with contextlib.suppress(OSError, ValueError):
             for line in (d / k.v1_file).read_text().splitlines():
                 (d / k.v1_file).write_text(f"{line.split()[0]} 0")  # 0: no limit
     with contextlib.suppress(OSError, ValueError):
         for line in (d / "io.max").read_text().splitlines():
-            (d / "io.max").write_text(f"{line.split()[0]} rbps=max wbps=max riops=max wiops=max")
+            (d / "io.max").write_text(" ".join(
+                [line.split()[0], *(f"{k.v2_key}=max" for k in profile_keys.THROTTLES)]))
+    kill_tasks([d / "cgroup.procs"], timeout_s)
+    try:
+        d.rmdir()
+        return True
+    except OSError:
+        return False
+
+
+def kill_tasks(procs_files: list[Path], timeout_s: float = 10.0) -> None:
+    """SIGKILL every task listed in these cgroup.procs files (this process aside) and wait up to
+    timeout_s for them to leave."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            d.rmdir()
-            return True
-        except FileNotFoundError:
-            return False
-        except OSError:
-            if time.monotonic() > deadline:
-                return False
+    while time.monotonic() < deadline:
+        pids = set()
+        for f in procs_files:
             with contextlib.suppress(OSError, ValueError):
-                for pid in (d / "cgroup.procs").read_text().split():
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(int(pid), signal.SIGKILL)
-            time.sleep(0.1)
+                pids.update(int(x) for x in f.read_text().split())
+        pids.discard(os.getpid())
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
 
 
 def _device(self) -> str:
@@ -311,19 +321,7 @@ class RunCgroup:
     def kill_all(self, timeout_s: float = 10.0) -> None:
         """SIGKILL every task still in the run's cgroups and wait for them to leave: nothing of a
         stopped measurement goes on measuring."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            pids = set()
-            for f in self.procs_files:
-                with contextlib.suppress(OSError):
-                    pids.update(int(x) for x in f.read_text().split())
-            pids.discard(os.getpid())
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, 9)
-            time.sleep(0.05)
+        kill_tasks(self.procs_files, timeout_s)
 
     def close(self) -> None:
         if self.readahead is not None:
