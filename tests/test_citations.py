@@ -88,3 +88,11 @@ def test_rebasing_points_quotes_at_the_new_reference_with_its_values(root):
     assert "[0.17 tok/s](t/summary.csv#run_id=madvise" in out and "[0.08466 CPUs](t/quota" in out
     assert len(problems) == 2 and "0 rows match" in problems[0]
     assert all(citations.check(root, q) is None for q in citations.quotes(out))
+
+
+def test_a_column_already_in_megabytes_is_quoted_in_mb_and_a_rate_stays_a_rate():
+    from harness.report import citations
+
+    assert citations.unit_of("replay_mb_per_window_token") == "MB"
+    assert citations.unit_of("capacity_mb") == "MB"
+    assert citations.unit_of("io_mb_per_s") == "MB/s"

@@ -30,6 +30,7 @@ CONVERSIONS = {
     "s": {"s": 1.0, "ms": 1e3, "min": 1 / 60, "h": 1 / 3600},
     "bytes": {"bytes": 1.0, "KB": 1e-3, "MB": 1e-6, "GB": 1e-9, "GiB": 1 / 2**30},
     "MB/s": {"MB/s": 1.0},
+    "MB": {"MB": 1.0, "GB": 1e-3},
     "bytes/s": {"MB/s": 1e-6},
     "fraction": {"%": 100.0, "": 1.0},
     "ratio": {"x": 1.0, "": 1.0},
@@ -40,6 +41,7 @@ CONVERSIONS = {
 UNIT_OF_COLUMN = [
     (r"tok_per_s|tok_s|_ts$", "tok/s"),
     (r"mb_per_s|mb_s", "MB/s"),
+    (r"(^|_)mb(_|$)", "MB"),  # a size already in MB (replay_mb_per_window_token, capacity_mb)
     (r"_bps$|^read_bps|^write_bps", "bytes/s"),
     (r"bytes", "bytes"),
     (r"share|fraction|_frac|residency|precision|recall|rate|effect", "fraction"),
